@@ -1,0 +1,40 @@
+"""`python -m trainer [overrides]`: the Hydra entry point; all work happens in `run(cfg)`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+
+def _conf_dir() -> str:
+    """conf/ at the repository root (editable install), or packaged beside this module."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "conf", here.parents[1] / "conf"):
+        if (candidate / "train.yaml").is_file():
+            return str(candidate)
+    raise SystemExit(
+        "compiled-trainer: cannot find its conf/ folder; reinstall with pip install -e ."
+    )
+
+
+@hydra.main(version_base="1.3", config_path=_conf_dir(), config_name="train")
+def main(cfg: DictConfig) -> float | None:
+    from trainer.config import ConfigError
+    from trainer.run import Interrupted, run
+
+    try:
+        result = run(cfg)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except Interrupted as stop:
+        print(str(stop), file=sys.stderr)
+        sys.exit(stop.exit_code)
+    return result["best"]
+
+
+if __name__ == "__main__":
+    main()

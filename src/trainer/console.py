@@ -1,0 +1,104 @@
+"""What a person sees: rich progress bars on a terminal (silent otherwise) and the end-of-run
+summary table."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+
+class ProgressView:
+    """Epoch and step bars; does nothing when stdout is not a terminal (logs, CI, agents)."""
+
+    def __init__(self, total_epochs: int, first_epoch: int) -> None:
+        self.enabled = sys.stdout.isatty()
+        self._progress: Progress | None = None
+        self._total_epochs = total_epochs
+        self._first_epoch = first_epoch
+        self._epochs = self._steps = None
+
+    def __enter__(self) -> ProgressView:
+        if self.enabled:
+            self._progress = Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[info]}"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                transient=False,
+            )
+            self._progress.start()
+            self._epochs = self._progress.add_task(
+                "epochs", total=self._total_epochs, completed=self._first_epoch, info=""
+            )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def start_epoch(self, epoch: int, total_steps: int, done: int) -> None:
+        if self._progress is None:
+            return
+        if self._steps is not None:
+            self._progress.remove_task(self._steps)
+        self._steps = self._progress.add_task(
+            f"epoch {epoch + 1}", total=total_steps, completed=done, info=""
+        )
+
+    def step(self, steps: int, loss: float | None) -> None:
+        if self._progress is not None and self._steps is not None:
+            info = f"loss {loss:.4f}" if loss is not None else ""
+            self._progress.update(self._steps, completed=steps, info=info)
+
+    def end_epoch(self, metrics: dict[str, float]) -> None:
+        if self._progress is not None and self._epochs is not None:
+            info = f"val/acc {metrics['val/acc']:.4f}  val/loss {metrics['val/loss']:.4f}"
+            self._progress.update(self._epochs, advance=1, info=info)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+    return str(value)
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    """The end-of-run table: final metrics, best metric, compile cost, throughput, locations."""
+    table = Table(title=f"run {summary['status']}", show_header=False, title_justify="left")
+    table.add_column("what", style="bold")
+    table.add_column("value", overflow="fold")
+    for name, value in summary["metrics"].items():
+        if not name.startswith("perf/"):
+            table.add_row(name, _fmt(value))
+    best = summary["best"]
+    if best["value"] is not None:
+        table.add_row(f"best {best['name']}", f"{_fmt(best['value'])} (epoch {best['epoch']})")
+    perf = summary["perf"]
+    comp = summary["compile"]
+    compiled = "off" if not comp["enabled"] else f"{comp['backend']}, mode {comp['mode']}"
+    table.add_row("compile", compiled)
+    if comp["enabled"]:
+        table.add_row("compile time", f"{_fmt(perf['compile_s'])} s")
+        table.add_row("graphs / breaks", f"{comp['graphs']} / {comp['graph_breaks']}")
+    table.add_row("steady samples/s", _fmt(perf["samples_per_s"]))
+    table.add_row("steady step", f"{_fmt(perf['step_ms'])} ms")
+    table.add_row("device / precision", f"{summary['device']} / {summary['precision']}")
+    paths = summary["paths"]
+    table.add_row("checkpoint", str(paths["checkpoint"]))
+    table.add_row("summary", str(paths["summary"]))
+    if paths.get("wandb_run_dir"):
+        table.add_row("W&B run", str(paths["wandb_run_dir"]))
+    Console(soft_wrap=True).print(table)

@@ -1,0 +1,242 @@
+"""The training and evaluation loops: one epoch of optimizer steps (resumable mid-epoch) and a
+full pass over the validation set with a fixed batch shape (no sample dropped, no recompile)."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader
+
+IGNORE = -100  # target of padding samples; cross_entropy and accuracy skip it
+
+
+@dataclass
+class Progress:
+    """Where training stands; saved in every checkpoint so a resume continues exactly."""
+
+    epoch: int = 0  # completed epochs
+    step: int = 0  # optimizer steps taken
+    batches_done: int = 0  # batches of the current, unfinished epoch
+    partial: dict[str, float] = field(default_factory=dict)  # running sums of that epoch
+    best: float | None = None  # best value of trainer.monitor so far
+    best_epoch: int | None = None
+    history: list[dict[str, float]] = field(default_factory=list)  # per-epoch metrics
+
+
+@dataclass
+class EpochResult:
+    loss: float
+    acc: float
+    samples: int
+    steps: int  # optimizer steps taken in this call
+    first_step_s: float | None  # the step that paid for compilation, if this call took it
+    steady_s: float  # seconds spent in the remaining steps
+    steady_steps: int
+
+
+class GracefulStop:
+    """Turns SIGTERM/SIGINT into a request to stop after the current step.
+
+    A second SIGINT restores Python's default (KeyboardInterrupt) so Ctrl-C twice still quits.
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum is not None and signum == signal.SIGINT:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            raise KeyboardInterrupt
+        self.signum = signum
+
+    def __enter__(self) -> GracefulStop:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+
+def sync(device: torch.device) -> None:
+    """Wait for queued GPU work, so wall-clock timings include it (a CPU-GPU sync point)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def _batches(loader: DataLoader, skip: int) -> Iterator[tuple[int, Any]]:
+    """Enumerate the loader, skipping the `skip` batches a resumed epoch already trained on."""
+    for index, batch in enumerate(loader):
+        if index >= skip:
+            yield index, batch
+
+
+def train_epoch(
+    model: nn.Module,
+    loader: DataLoader,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    *,
+    progress: Progress,
+    device: torch.device,
+    dtype: torch.dtype | None,
+    grad_clip: float | None,
+    max_steps: int | None,
+    stop: GracefulStop,
+    time_first_step: bool,
+    on_step: Callable[[int, torch.Tensor], None] | None = None,
+) -> EpochResult | None:
+    """Train until the epoch ends (returns its result) or a stop is requested (returns None;
+    the running sums are left in `progress.partial` for the checkpoint)."""
+    model.train()
+    sums = progress.partial or {"loss": 0.0, "correct": 0.0, "count": 0.0}
+    loss_sum = torch.zeros((), device=device, dtype=torch.float64)
+    correct = torch.zeros((), device=device, dtype=torch.int64)
+    count = 0
+    steps = 0
+    first_step_s: float | None = None
+    steady_start = time.perf_counter()
+
+    def fold() -> dict[str, float]:
+        return {
+            "loss": sums["loss"] + float(loss_sum),
+            "correct": sums["correct"] + float(correct),
+            "count": sums["count"] + count,
+        }
+
+    for index, (x, y) in _batches(loader, progress.batches_done):
+        if max_steps is not None and progress.step >= max_steps:
+            break
+        timed = time_first_step and steps == 0
+        if timed:
+            sync(device)
+            start = time.perf_counter()
+        x = x.to(device, non_blocking=True)
+        y = y.to(device, non_blocking=True)
+        with autocast(device, dtype):
+            logits = model(x)
+            loss = F.cross_entropy(logits.float(), y)
+        scaler.scale(loss).backward()
+        if grad_clip is not None:
+            scaler.unscale_(optimizer)
+            nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+
+        batch = y.shape[0]
+        loss_sum += loss.detach().double() * batch
+        correct += (logits.detach().argmax(dim=1) == y).sum()
+        count += batch
+        steps += 1
+        progress.step += 1
+        progress.batches_done = index + 1
+        if timed:
+            sync(device)
+            first_step_s = time.perf_counter() - start
+            steady_start = time.perf_counter()
+        if on_step is not None:
+            on_step(steps, loss)
+        if stop.requested:
+            progress.partial = fold()
+            return None
+
+    sync(device)
+    steady_s = time.perf_counter() - steady_start
+    totals = fold()
+    progress.partial = {}
+    n = max(totals["count"], 1.0)
+    return EpochResult(
+        loss=totals["loss"] / n,
+        acc=totals["correct"] / n,
+        samples=int(totals["count"]),
+        steps=steps,
+        first_step_s=first_step_s,
+        steady_s=steady_s,
+        steady_steps=steps - (1 if first_step_s is not None else 0),
+    )
+
+
+@dataclass
+class EvalResult:
+    loss: float
+    acc: float
+    samples: int
+    first_batch_s: float
+    steady_batch_s: float  # mean seconds per batch after the first
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    loader: DataLoader,
+    *,
+    device: torch.device,
+    dtype: torch.dtype | None,
+    batch_size: int,
+) -> EvalResult:
+    """Loss and accuracy over every validation sample.
+
+    The last, smaller batch is padded to `batch_size` with IGNORE targets, so a compiled model
+    sees one input shape and never recompiles for it, and no sample is dropped.
+    """
+    model.eval()
+    loss_sum = torch.zeros((), device=device, dtype=torch.float64)
+    correct = torch.zeros((), device=device, dtype=torch.int64)
+    count = 0
+    times: list[float] = []
+    for x, y in loader:
+        if not times:
+            sync(device)
+        start = time.perf_counter()
+        pad = batch_size - y.shape[0]
+        if pad > 0:
+            x = torch.cat([x, x.new_zeros((pad, *x.shape[1:]))])
+            y = torch.cat([y, y.new_full((pad,), IGNORE)])
+        x = x.to(device, non_blocking=True)
+        y = y.to(device, non_blocking=True)
+        with autocast(device, dtype):
+            logits = model(x)
+        loss_sum += F.cross_entropy(
+            logits.float(), y, ignore_index=IGNORE, reduction="sum"
+        ).double()
+        correct += (logits.argmax(dim=1) == y).sum()
+        count += int(y.shape[0]) - max(pad, 0)
+        if not times:
+            sync(device)
+        times.append(time.perf_counter() - start)
+    sync(device)
+    n = max(count, 1)
+    steady = sum(times[1:]) / (len(times) - 1) if len(times) > 1 else (times[0] if times else 0.0)
+    return EvalResult(
+        loss=float(loss_sum) / n,
+        acc=float(correct) / n,
+        samples=count,
+        first_batch_s=times[0] if times else 0.0,
+        steady_batch_s=steady,
+    )

@@ -1,0 +1,76 @@
+"""Shared fixtures: configs composed the way `python -m trainer` composes them, isolated output
+folders, offline W&B, and one compile cache shared by every test (only the first compile is cold)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+# One persistent compile cache for the whole test session (and across sessions).
+CACHE = Path(
+    os.environ.get("TRAINER_TEST_CACHE", Path.home() / ".cache" / "compiled-trainer-tests")
+)
+
+os.environ["WANDB_MODE"] = "offline"
+os.environ["WANDB_SILENT"] = "true"
+os.environ.setdefault("WANDB_DISABLE_GIT", "true")
+os.environ["TRAINER_CACHE_DIR"] = str(CACHE)
+os.environ.pop("WANDB_SWEEP_PARAM_PATH", None)
+
+# Fast settings for tests that are not about the model or compile.
+FAST = ["compile=off", "logger=none", "trainer.max_epochs=2"]
+
+
+def make_cfg(*overrides: str) -> DictConfig:
+    """Compose conf/train.yaml with overrides, as the command line would."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="train", overrides=list(overrides), return_hydra_config=True)
+
+
+@pytest.fixture
+def cfg_factory():
+    return make_cfg
+
+
+@pytest.fixture(autouse=True)
+def _isolated_outputs(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRAINER_OUTPUT_DIR", str(tmp_path / "outputs"))
+    # wandb keeps a global run; make sure no test leaks one into the next.
+    yield
+    if "wandb" in sys.modules:
+        import wandb
+
+        if wandb.run is not None:
+            wandb.run.finish()
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 300):
+    """Run `python -m trainer ARGS` as a real process; return the CompletedProcess."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "trainer", *args],
+        cwd=cwd or ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

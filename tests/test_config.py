@@ -1,0 +1,89 @@
+"""Every option of every config group composes and validates; bad values fail with the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import CONF, make_cfg
+from trainer.config import ConfigError, validate
+
+GROUP_OPTIONS = [
+    (group.name, option.stem)
+    for group in sorted(CONF.iterdir())
+    if group.is_dir() and group.name not in ("sweep", "hydra")
+    for option in sorted(group.glob("*.yaml"))
+]
+
+
+def test_every_group_has_options():
+    groups = {g for g, _ in GROUP_OPTIONS}
+    assert {
+        "data",
+        "model",
+        "optimizer",
+        "scheduler",
+        "compile",
+        "trainer",
+        "logger",
+        "paths",
+    } <= groups
+
+
+@pytest.mark.parametrize("group, option", GROUP_OPTIONS)
+def test_every_option_composes_and_validates(group, option):
+    extra = ["data.root=/somewhere"] if (group, option) == ("data", "imagefolder") else []
+    conf = validate(make_cfg(f"{group}={option}", *extra))
+    node = getattr(conf, group)
+    if group in ("data", "model", "optimizer", "scheduler"):
+        assert node.name == option
+
+
+def test_defaults():
+    conf = validate(make_cfg())
+    assert conf.data.name == "digits"
+    assert conf.model.name == "small_cnn"
+    assert conf.optimizer.name == "sgd"
+    assert conf.compile.disable is False and conf.compile.mode == "default"
+    assert conf.compile.backend == "inductor"
+    assert conf.logger.enabled and conf.logger.mode == "offline"
+    assert conf.trainer.monitor == "val/acc" and conf.trainer.precision == "32"
+
+
+def test_compile_off_preset_disables():
+    assert validate(make_cfg("compile=off")).compile.disable is True
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("trainer.max_epochs=0", "trainer.max_epochs"),
+        ("trainer.max_epochs=-3", "trainer.max_epochs"),
+        ("data.batch_size=0", "data.batch_size"),
+        ("optimizer.lr=0", "optimizer.lr"),
+        ("optimizer.lr=-0.1", "optimizer.lr"),
+        ("trainer.precision=fp8", "trainer.precision"),
+        ("trainer.device=tpu", "trainer.device"),
+        ("trainer.monitor=val/f1", "trainer.monitor"),
+        ("logger.mode=sometimes", "logger.mode"),
+        ("+trainer.max_epoch=3", "trainer.max_epoch"),
+        ("data.batch_size=many", "data.batch_size"),
+        ("compile.mode=max-autotune", "compile.options"),
+    ],
+)
+def test_bad_values_name_the_key(override, key):
+    extra = ["compile.options={epilogue_fusion: true}"] if key == "compile.options" else []
+    with pytest.raises(ConfigError) as err:
+        validate(make_cfg(override, *extra))
+    message = str(err.value)
+    assert key in message
+    assert "\n" not in message
+
+
+def test_unknown_key_suggests_the_close_one():
+    with pytest.raises(ConfigError, match="Did you mean trainer.max_epochs"):
+        validate(make_cfg("+trainer.max_epoch=3"))
+
+
+def test_imagefolder_requires_root():
+    with pytest.raises(ConfigError, match="data.root"):
+        validate(make_cfg("data=imagefolder"))
