@@ -3,6 +3,7 @@ summary table."""
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Any
 
@@ -27,6 +28,7 @@ class ProgressView:
         self._total_epochs = total_epochs
         self._first_epoch = first_epoch
         self._epochs = self._steps = None
+        self._handlers: list[tuple[logging.StreamHandler, object]] = []
 
     def __enter__(self) -> ProgressView:
         if self.enabled:
@@ -40,6 +42,13 @@ class ProgressView:
                 transient=False,
             )
             self._progress.start()
+            # Route log lines through rich's stdout proxy so they print above the bars.
+            for handler in logging.getLogger().handlers:
+                if isinstance(handler, logging.StreamHandler) and handler.stream in (
+                    sys.__stdout__,
+                    sys.__stderr__,
+                ):
+                    self._handlers.append((handler, handler.setStream(sys.stdout)))
             self._epochs = self._progress.add_task(
                 "epochs", total=self._total_epochs, completed=self._first_epoch, info=""
             )
@@ -48,6 +57,9 @@ class ProgressView:
     def __exit__(self, *exc: object) -> None:
         if self._progress is not None:
             self._progress.stop()
+        for handler, stream in self._handlers:
+            handler.setStream(stream)  # type: ignore[arg-type]
+        self._handlers.clear()
 
     def start_epoch(self, epoch: int, total_steps: int, done: int) -> None:
         if self._progress is None:

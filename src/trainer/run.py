@@ -277,7 +277,7 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
 
                 def show(n: int, loss: torch.Tensor) -> None:
                     if n % t.log_every_n_steps == 0:  # float() is a CPU-GPU sync point
-                        view.step(progress.batches_done, float(loss))
+                        view.step(progress.batches_done, loss.detach().item())
 
                 result = train_epoch(
                     model,
