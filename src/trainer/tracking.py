@@ -131,7 +131,7 @@ def start_tracker(
     run = wandb.init(
         project=cfg.project,
         entity=cfg.entity,
-        group=cfg.group,
+        group=cfg.group or os.environ.get("WANDB_SWEEP_ID"),  # a sweep's trials group by sweep
         tags=list(cfg.tags) or None,
         name=cfg.name,
         dir=str(wandb_dir),

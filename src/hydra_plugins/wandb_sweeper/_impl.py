@@ -72,18 +72,22 @@ def sweep(
         print(f"# runs: {run_count(sweep_config)}")
         return None
     if options["backend"] == "wandb":
-        from trainer.sweep.wandb_server import run_server_sweep
+        from trainer.sweep.wandb_server import ServerUnavailable, run_server_sweep
 
         logger = config.get("logger") or {}
-        return run_server_sweep(
-            sweep_config,
-            project=options["project"] or logger.get("project"),
-            entity=options["entity"] or logger.get("entity"),
-            sweep_id=options["sweep_id"],
-            agents=options["agents"],
-            count=options["count"],
-            root=Path(config.paths.output_dir),
-        )
+        try:
+            return run_server_sweep(
+                sweep_config,
+                project=options["project"] or logger.get("project"),
+                entity=options["entity"] or logger.get("entity"),
+                sweep_id=options["sweep_id"],
+                agents=options["agents"],
+                count=options["count"],
+                root=Path(config.paths.output_dir),
+            )
+        except ServerUnavailable as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(1)
     if options["backend"] != "local":
         print(
             f"error: hydra.sweeper.backend={options['backend']!r} is not a backend; "
