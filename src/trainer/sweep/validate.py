@@ -92,16 +92,29 @@ def _parameter_problems(
     return problems
 
 
+def schema_problems(config: dict[str, Any]) -> list[str]:
+    """The `sweeps` package's schema violations, less its notes on the older log distributions
+    (log_uniform & co. take exponents; W&B still accepts and runs them)."""
+    with warnings.catch_warnings():  # pydantic's notice about the sweeps package's own config
+        warnings.simplefilter("ignore", UserWarning)
+        from sweeps.config.cfg import schema_violations_from_proposed_config
+        from sweeps.config.schema import check_for_deprecated_distributions
+
+    notes = set()
+    for name, spec in (config.get("parameters") or {}).items():
+        try:
+            check_for_deprecated_distributions(name, spec)
+        except ValueError as note:
+            notes.add(str(note))
+    return [m for m in schema_violations_from_proposed_config(config) if m not in notes]
+
+
 def sweep_problems(
     config: dict[str, Any], keys: Iterable[str], groups: dict[str, list[str]]
 ) -> list[str]:
     """All problems of `config` (a W&B sweep config), given the composed config's dotted keys
     and the config groups with their options."""
-    with warnings.catch_warnings():  # pydantic's notice about the sweeps package's own config
-        warnings.simplefilter("ignore", UserWarning)
-        from sweeps.config.cfg import schema_violations_from_proposed_config
-
-    problems = [f"W&B schema: {m}" for m in schema_violations_from_proposed_config(config)]
+    problems = [f"W&B schema: {m}" for m in schema_problems(config)]
     method = config.get("method")
     metric = config.get("metric")
     if method == "bayes" and not metric:

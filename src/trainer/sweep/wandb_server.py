@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -40,11 +41,20 @@ def reachable(url: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
     """One TCP connection to the server within `timeout` seconds, no retries."""
     parsed = urlparse(url)
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    try:
-        with socket.create_connection((parsed.hostname, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
+
+    def connect() -> bool:
+        try:
+            with socket.create_connection((parsed.hostname, port), timeout=timeout):
+                return True
+        except OSError:
+            return False
+
+    # Name resolution ignores socket timeouts; a daemon thread bounds the whole probe.
+    result: list[bool] = []
+    probe = threading.Thread(target=lambda: result.append(connect()), daemon=True)
+    probe.start()
+    probe.join(timeout + 1.0)
+    return bool(result and result[0])
 
 
 def preflight(url: str | None = None) -> None:
