@@ -97,6 +97,7 @@ def schema_problems(config: dict[str, Any]) -> list[str]:
     (log_uniform & co. take exponents; W&B still accepts and runs them)."""
     with warnings.catch_warnings():  # pydantic's notice about the sweeps package's own config
         warnings.simplefilter("ignore", UserWarning)
+        from jsonschema import ValidationError
         from sweeps.config.cfg import schema_violations_from_proposed_config
         from sweeps.config.schema import check_for_deprecated_distributions
 
@@ -106,6 +107,8 @@ def schema_problems(config: dict[str, Any]) -> list[str]:
             check_for_deprecated_distributions(name, spec)
         except ValueError as note:
             notes.add(str(note))
+        except ValidationError:  # malformed: the schema check below reports it
+            continue
     return [m for m in schema_violations_from_proposed_config(config) if m not in notes]
 
 
