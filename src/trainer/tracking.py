@@ -35,6 +35,7 @@ def sweep_params() -> dict[str, Any] | None:
         return None
     with open(path) as handle:
         raw = yaml.safe_load(handle) or {}
+    raw.pop("wandb_version", None)  # the header wandb's agent writes into this file
     return {k: (v.get("value") if isinstance(v, dict) else v) for k, v in raw.items()}
 
 
