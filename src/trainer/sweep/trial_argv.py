@@ -47,6 +47,7 @@ def sweep_param_values(path: str) -> dict[str, Any]:
     """{key: value} from the parameter YAML W&B's agent writes (`{key: {value: v}}`)."""
     with open(path) as handle:
         raw = yaml.safe_load(handle) or {}
+    raw.pop("wandb_version", None)  # the header wandb's agent writes into this file
     return {k: (v.get("value") if isinstance(v, dict) else v) for k, v in raw.items()}
 
 

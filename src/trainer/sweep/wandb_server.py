@@ -97,7 +97,9 @@ def run_server_sweep(
 
     if sweep_id is None:
         sweep_id = wandb.sweep(config, project=project, entity=entity)
-        write_sweep_yaml(config, Path(root) / "sweeps" / sweep_id / "sweep.yaml")
+        directory = Path(root) / "sweeps" / sweep_id
+        directory.mkdir(parents=True, exist_ok=True)
+        write_sweep_yaml(config, directory / "sweep.yaml")
     entity = entity or wandb.Api().default_entity
     path = f"{entity}/{project}/{sweep_id}"
     print(f"sweep {sweep_id} on {base_url()}; run agents anywhere with:\n  wandb agent {path}")
