@@ -86,7 +86,7 @@ def _results(tmp_path: Path) -> tuple[Path, dict]:
 def test_offline_grid_sweep_runs_every_point(tmp_path):
     result = run_cli(
         "-m", "hydra/sweeper=wandb", "hydra.sweeper.method=grid", METRIC, *TINY,
-        "logger=wandb", "optimizer.lr=0.01,0.1", "optimizer.momentum=0.0,0.9",
+        "optimizer.lr=0.01,0.1", "optimizer.momentum=0.0,0.9",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     directory, results = _results(tmp_path)
