@@ -103,6 +103,9 @@ def run_server_sweep(
     entity = entity or wandb.Api().default_entity
     path = f"{entity}/{project}/{sweep_id}"
     print(f"sweep {sweep_id} on {base_url()}; run agents anywhere with:\n  wandb agent {path}")
-    processes = [subprocess.Popen(agent_command(path, count)) for _ in range(agents)]
+    # Trials must report to the server (metrics feed bayes and hyperband): online, whatever
+    # logger.mode says (the environment wins over it).
+    env = {**os.environ, "WANDB_MODE": "online"}
+    processes = [subprocess.Popen(agent_command(path, count), env=env) for _ in range(agents)]
     codes = [process.wait() for process in processes]
     return {"sweep_id": sweep_id, "backend": "wandb", "path": path, "agent_exit_codes": codes}
