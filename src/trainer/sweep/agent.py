@@ -17,6 +17,7 @@ from trainer.sweep import engine
 from trainer.sweep.store import RunRecord, SweepStore
 
 POLL_S = 0.25  # how often a running trial's metrics, stop flag and exit are checked
+HEARTBEAT_S = 2.0  # how often the store hears that a run's agent is alive
 KILL_DELAY_S = 30.0  # SIGKILL a stopped run that has not exited this long after SIGTERM
 TAIL_LINES = 30  # log lines kept in the store for a run that did not finish
 
@@ -124,6 +125,7 @@ class LocalAgent:
             )
         self.store = SweepStore(db)
         self.config: dict = self.store.config
+        self.early_terminate = bool(self.config.get("early_terminate"))
         self.rerun_crashed = rerun_crashed
         self.max_consecutive_failures = max_consecutive_failures
 
@@ -201,16 +203,17 @@ class LocalAgent:
 
     def _watch(self, run_id: str, proc: subprocess.Popen, metrics_path: Path) -> int:
         """Feed metrics.jsonl into the store as it grows; SIGTERM the run if hyperband says so."""
-        offset, epochs, sigterm_at = 0, 0, None
+        offset, epochs, sigterm_at, beat = 0, 0, None, time.monotonic()
         while True:
             code = proc.poll()
             offset, epochs = self._read_metrics(run_id, metrics_path, offset, epochs)
             if code is not None:
                 return code
-            self.store.heartbeat(run_id)
-            if sigterm_at is None:
-                runs = self.store.runs()
-                to_stop = engine.runs_to_stop(self.config, runs)
+            if time.monotonic() - beat > HEARTBEAT_S:
+                self.store.heartbeat(run_id)
+                beat = time.monotonic()
+            if sigterm_at is None and self.early_terminate:
+                to_stop = engine.runs_to_stop(self.config, self.store.runs())
                 if to_stop:
                     self.store.request_stop(to_stop)
                 if self.store.run(run_id).stop_requested:

@@ -10,8 +10,14 @@ import numpy as np
 
 from trainer.sweep.store import RunRecord
 
-# The sweeps package still spells a pydantic v1 option; the warning says nothing to our users.
-warnings.filterwarnings("ignore", message="Valid config keys have changed", category=UserWarning)
+
+def _sweeps():
+    """The `sweeps` package, imported without its pydantic-v1 spelling warning."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Valid config keys", category=UserWarning)
+        import sweeps
+    return sweeps
+
 
 # Our store's states in the engine's vocabulary (W&B shows a stopped run as finished+stopped).
 _ENGINE_STATE = {
@@ -47,9 +53,7 @@ def metric_value(run: RunRecord, metric: dict | None) -> float | None:
 
 
 def to_sweep_run(run: RunRecord):
-    from sweeps import SweepRun
-
-    return SweepRun(
+    return _sweeps().SweepRun(
         name=run.id,
         state=_ENGINE_STATE.get(run.state, "finished"),
         config={k: {"value": v} for k, v in run.params.items()},
@@ -63,8 +67,7 @@ def to_sweep_run(run: RunRecord):
 
 def next_params(config: dict, runs: list[RunRecord]) -> tuple[dict, dict | None] | None:
     """The next parameters to try, or None when the sweep is exhausted (grid done, run_cap)."""
-    import sweeps
-
+    sweeps = _sweeps()
     cap = config.get("run_cap")
     if cap is not None and len(runs) >= cap:
         return None
@@ -79,8 +82,7 @@ def runs_to_stop(config: dict, runs: list[RunRecord]) -> list[str]:
     """Ids of running runs that the sweep's early_terminate (hyperband) stops now."""
     if not config.get("early_terminate") or not config.get("metric"):
         return []
-    import sweeps
-
+    sweeps = _sweeps()
     active = [r for r in runs if r.state == "running" and not r.stop_requested]
     if not active:
         return []

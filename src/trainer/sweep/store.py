@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -94,6 +95,19 @@ def _pid_alive(pid: int | None) -> bool:
     except PermissionError:  # exists, owned by someone else
         return True
     return True
+
+
+def _kill_orphan(pid: int | None, run_id: str) -> None:
+    """SIGKILL a lost run's trial process if it still runs (its agent died under it)."""
+    try:  # the pid may be reused: only a process whose command line names this run
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except (OSError, TypeError):
+        return
+    if f"/runs/{run_id}" in cmdline:
+        try:
+            os.kill(pid, signal.SIGKILL)  # type: ignore[arg-type]
+        except ProcessLookupError:
+            return
 
 
 class SweepStore:
@@ -258,4 +272,5 @@ class SweepStore:
                     (now, "agent process lost while the run was going", r.id),
                 )
                 lost.append(r.id)
+                _kill_orphan(r.pid, r.id)
         return lost
