@@ -168,3 +168,33 @@ def test_unreachable_server_is_a_clear_error_within_seconds(monkeypatch):
     probe.close()  # nothing listens there now
     with pytest.raises(wandb_server.ServerUnavailable, match="cannot reach"):
         wandb_server.preflight(f"http://127.0.0.1:{port}")
+
+
+def test_agents_are_wandb_agent_processes_logging_online(
+    local_server, monkeypatch, tmp_path, capsys
+):
+    import wandb
+
+    started = []
+
+    class Process:
+        def __init__(self, argv, env):
+            started.append((argv, env))
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(wandb, "sweep", lambda config, project=None, entity=None: SWEEP_ID)
+    monkeypatch.setattr(wandb_server.subprocess, "Popen", Process)
+    config = build_sweep_config(
+        {"method": "random", "parameters": {"optimizer.lr": {"values": [0.1]}}}, []
+    )
+    result = wandb_server.run_server_sweep(
+        config, project="proj", entity="team", sweep_id=None, agents=2, count=3, root=tmp_path
+    )
+    assert f"wandb agent team/proj/{SWEEP_ID}" in capsys.readouterr().out
+    assert [argv[-4:] for argv, _ in started] == [
+        ["agent", "--count", "3", f"team/proj/{SWEEP_ID}"]
+    ] * 2
+    assert all(env["WANDB_MODE"] == "online" for _, env in started)
+    assert result["agent_exit_codes"] == [0, 0]
