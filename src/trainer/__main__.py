@@ -36,5 +36,13 @@ def main(cfg: DictConfig) -> float | None:
     return result["best"]
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The console entry: a sweep trial's argv gets its exact values, then Hydra runs."""
+    from trainer.sweep.trial_argv import repair_sys_argv
+
+    sys.argv = repair_sys_argv(sys.argv)
     main()
+
+
+if __name__ == "__main__":
+    cli()

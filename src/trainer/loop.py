@@ -4,6 +4,7 @@ full pass over the validation set with a fixed batch shape (no sample dropped, n
 from __future__ import annotations
 
 import contextlib
+import math
 import signal
 import threading
 import time
@@ -171,6 +172,11 @@ def train_epoch(
     totals = fold()
     progress.partial = {}
     n = max(totals["count"], 1.0)
+    if not math.isfinite(totals["loss"]):
+        raise FloatingPointError(
+            f"training loss is {totals['loss'] / n} at epoch {progress.epoch + 1} (step "
+            f"{progress.step}): the run diverged; lower optimizer.lr or set trainer.grad_clip."
+        )
     return EpochResult(
         loss=totals["loss"] / n,
         acc=totals["correct"] / n,

@@ -212,6 +212,7 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
         "eval_steady_s": None,
     }
     started = time.perf_counter()
+    timing["loop_started_at"] = time.time()  # wall clock: a sweep agent measures its overhead
     sign = 1.0 if t.monitor_mode == "max" else -1.0
 
     def save(name: str) -> None:

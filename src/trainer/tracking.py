@@ -35,6 +35,7 @@ def sweep_params() -> dict[str, Any] | None:
         return None
     with open(path) as handle:
         raw = yaml.safe_load(handle) or {}
+    raw.pop("wandb_version", None)  # the header wandb's agent writes into this file
     return {k: (v.get("value") if isinstance(v, dict) else v) for k, v in raw.items()}
 
 
@@ -131,7 +132,7 @@ def start_tracker(
     run = wandb.init(
         project=cfg.project,
         entity=cfg.entity,
-        group=cfg.group,
+        group=cfg.group or os.environ.get("WANDB_SWEEP_ID"),  # a sweep's trials group by sweep
         tags=list(cfg.tags) or None,
         name=cfg.name,
         dir=str(wandb_dir),

@@ -1,0 +1,108 @@
+"""What `hydra/sweeper=wandb` does: translate, validate, then dry-run or hand the sweep to a backend."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hydra.types import HydraContext
+from omegaconf import DictConfig, OmegaConf
+
+from trainer.config import ConfigError
+from trainer.sweep.local import write_sweep_yaml
+from trainer.sweep.translate import TranslationError, build_sweep_config, run_count
+from trainer.sweep.validate import check_sweep
+from trainer.tracking import flatten
+
+
+def config_keys(config: DictConfig) -> list[str]:
+    """The dotted keys of the composed config (without hydra.*)."""
+    tree = OmegaConf.to_container(config, resolve=False)
+    tree.pop("hydra", None)
+    return list(flatten(tree))
+
+
+def config_groups(config: DictConfig, hydra_context: HydraContext) -> dict[str, list[str]]:
+    """The config groups of this app (not Hydra's own) with their options."""
+    choices = config.hydra.runtime.choices
+    loader = hydra_context.config_loader
+    return {
+        group: list(loader.get_group_options(group))
+        for group in choices
+        if not group.startswith("hydra/")
+    }
+
+
+def sweep_yaml(config: dict[str, Any]) -> str:
+    """The sweep.yaml text, written by the same function the export uses."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "sweep.yaml"
+        write_sweep_yaml(config, path)
+        return path.read_text()
+
+
+def prepare(
+    options: dict[str, Any], config: DictConfig, hydra_context: HydraContext, arguments: list[str]
+) -> dict[str, Any]:
+    """The validated W&B sweep configuration; ConfigError lists every problem."""
+    try:
+        sweep_config = build_sweep_config(options, arguments)
+    except TranslationError as err:
+        raise ConfigError(str(err)) from err
+    check_sweep(sweep_config, config_keys(config), config_groups(config, hydra_context))
+    return sweep_config
+
+
+def sweep(
+    options: Any, config: DictConfig, hydra_context: HydraContext, arguments: list[str]
+) -> Any:
+    options = {
+        k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+        for k, v in options.items()
+    }
+    try:
+        sweep_config = prepare(options, config, hydra_context, arguments)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    if options["dry_run"]:
+        print(sweep_yaml(sweep_config), end="")
+        print(f"# runs: {run_count(sweep_config)}")
+        return None
+    if options["backend"] == "wandb":
+        from trainer.sweep.wandb_server import ServerUnavailable, run_server_sweep
+
+        logger = config.get("logger") or {}
+        try:
+            return run_server_sweep(
+                sweep_config,
+                project=options["project"] or logger.get("project"),
+                entity=options["entity"] or logger.get("entity"),
+                sweep_id=options["sweep_id"],
+                agents=options["agents"],
+                count=options["count"],
+                root=Path(config.paths.output_dir),
+            )
+        except ServerUnavailable as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(1)
+    if options["backend"] != "local":
+        print(
+            f"error: hydra.sweeper.backend={options['backend']!r} is not a backend; "
+            "use local or wandb",
+            file=sys.stderr,
+        )
+        sys.exit(2)
+    from trainer.sweep.local import run_sweep
+
+    return run_sweep(
+        sweep_config,
+        root=config.paths.output_dir,
+        sweep_id=options["sweep_id"],
+        agents=options["agents"],
+        count=options["count"],
+        rerun_crashed=options["rerun_crashed"],
+        max_consecutive_failures=options["max_consecutive_failures"],
+    )

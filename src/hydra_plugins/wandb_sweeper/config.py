@@ -1,0 +1,38 @@
+"""The `hydra.sweeper.*` keys of `hydra/sweeper=wandb` (registered with Hydra's ConfigStore)."""
+
+from dataclasses import dataclass, field
+from typing import Any  # noqa: UP035 (Hydra scans this module without sys.modules; no postponed annotations)
+
+from hydra.core.config_store import ConfigStore
+
+
+@dataclass
+class WandbSweeperConf:
+    _target_: str = "hydra_plugins.wandb_sweeper.wandb_sweeper.WandbSweeper"
+    # The W&B sweep configuration (https://docs.wandb.ai/guides/sweeps/sweep-config-keys).
+    method: str = "random"  # grid | random | bayes
+    metric: Any = (
+        None  # {name, goal, target, impute, ...}; name is one of trainer.metrics.EPOCH_METRICS
+    )
+    parameters: dict[str, Any] = field(
+        default_factory=dict
+    )  # Hydra key or config group -> W&B spec
+    early_terminate: Any = None  # {type: hyperband, min_iter | max_iter + s, eta, strict}
+    run_cap: Any = None
+    name: Any = None
+    description: Any = None
+    # Where and how it runs.
+    backend: str = "local"  # local (offline, SQLite store) | wandb (the W&B server)
+    agents: int = 1  # agents started here (backend=wandb: 0 only creates the sweep)
+    count: Any = None  # runs per agent (None: until the sweep ends)
+    sweep_id: Any = None  # join or resume an existing sweep
+    project: Any = None  # backend=wandb: W&B project (default: logger.project)
+    entity: Any = None  # backend=wandb: W&B entity (default: logger.entity or your default)
+    dry_run: bool = False  # print the W&B config and the number of runs, run nothing
+    rerun_crashed: bool = False  # resuming: run again the trials a crash interrupted
+    max_consecutive_failures: int = 5  # an agent gives up after this many failed trials in a row
+
+
+ConfigStore.instance().store(
+    group="hydra/sweeper", name="wandb", node=WandbSweeperConf, provider="compiled-trainer"
+)

@@ -1,0 +1,29 @@
+"""The Sweeper Hydra discovers; the work (and its heavy imports) lives in `_impl`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig
+
+
+class WandbSweeper(Sweeper):
+    """Translates the multirun into a W&B sweep configuration, validates it, and runs it."""
+
+    def __init__(self, **options: Any) -> None:
+        self.options = options
+        self.config: DictConfig | None = None
+        self.hydra_context: HydraContext | None = None
+
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
+        self.config = config
+        self.hydra_context = hydra_context
+
+    def sweep(self, arguments: list[str]) -> Any:
+        from hydra_plugins.wandb_sweeper._impl import sweep
+
+        return sweep(self.options, self.config, self.hydra_context, list(arguments))

@@ -1,0 +1,47 @@
+"""`python -m trainer.agent SWEEP_ID [--count K]`: join a local sweep from any terminal, the
+offline twin of `wandb agent`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from trainer.sweep.agent import LocalAgent, output_root
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainer.agent", description=__doc__)
+    parser.add_argument("sweep_id", help="id of a local sweep (python -m trainer.sweep ls)")
+    parser.add_argument("--count", type=int, default=None, help="run at most this many trials")
+    parser.add_argument(
+        "--root",
+        default=None,
+        help="output root holding sweeps/ (default: $TRAINER_OUTPUT_DIR or outputs)",
+    )
+    parser.add_argument(
+        "--rerun-crashed",
+        action="store_true",
+        help="rerun runs that crashed (their agent died) before new ones",
+    )
+    parser.add_argument(
+        "--max-consecutive-failures",
+        type=int,
+        default=5,
+        help="give up after this many failed runs in a row",
+    )
+    args = parser.parse_args(argv)
+    try:
+        agent = LocalAgent(
+            args.sweep_id,
+            root=args.root if args.root is not None else output_root(),
+            rerun_crashed=args.rerun_crashed,
+            max_consecutive_failures=args.max_consecutive_failures,
+        )
+    except FileNotFoundError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return agent.run(args.count)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

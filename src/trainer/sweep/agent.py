@@ -1,0 +1,238 @@
+"""The local agent, the offline twin of `wandb agent`: claims runs from the sweep store, runs
+each as a `python -m trainer` subprocess with W&B's agent environment, feeds its per-epoch
+metrics back, stops runs that hyperband stops (SIGTERM), and records how each run ended."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from trainer.sweep import engine
+from trainer.sweep.store import RunRecord, SweepStore
+
+POLL_S = 0.25  # how often a running trial's metrics, stop flag and exit are checked
+HEARTBEAT_S = 2.0  # how often the store hears that a run's agent is alive
+KILL_DELAY_S = 30.0  # SIGKILL a stopped run that has not exited this long after SIGTERM
+TAIL_LINES = 30  # log lines kept in the store for a run that did not finish
+
+
+def output_root() -> Path:
+    """Where sweeps live by default: $TRAINER_OUTPUT_DIR or outputs (as conf/paths)."""
+    return Path(os.environ.get("TRAINER_OUTPUT_DIR", "outputs"))
+
+
+def sweep_dir(root: str | Path, sweep_id: str) -> Path:
+    return Path(root) / "sweeps" / sweep_id
+
+
+def new_id() -> str:
+    """A short random id like W&B's (8 lowercase alphanumerics)."""
+    from wandb.sdk.lib.runid import generate_id
+
+    return generate_id(8)
+
+
+def trial_command(config: dict, params: dict[str, Any], run_dir: Path) -> list[str]:
+    """The sweep's `command` expanded exactly as `wandb agent` expands it, plus the run dir."""
+    from wandb.sdk.launch.sweeps import utils as sweep_utils
+
+    command = sweep_utils.create_sweep_command(list(config.get("command") or []))
+    sweep_vars = sweep_utils.create_sweep_command_args(
+        {"args": {k: {"value": v} for k, v in params.items()}}
+    )
+    sweep_vars["interpreter"] = [sys.executable]
+    sweep_vars["program"] = [config.get("program", "")]
+    sweep_vars["env"] = ["/usr/bin/env"]
+    argv: list[str] = []
+    for chunk in command:
+        chunk = str(chunk)
+        if chunk.startswith("${") and chunk.endswith("}"):
+            argv += sweep_vars.get(chunk[2:-1]) or []
+        else:
+            argv.append(chunk)
+    return [*argv, f"hydra.run.dir={run_dir}"]
+
+
+def fixed_overrides(config: dict) -> list[str]:
+    """The overrides of `command` given to every trial (everything after the macros)."""
+    command = [str(c) for c in config.get("command") or []]
+    if "${args_no_hyphens}" in command:
+        command = command[command.index("${args_no_hyphens}") + 1 :]
+    return [c for c in command if not (c.startswith("${") and c.endswith("}"))]
+
+
+def trial_env(sweep_id: str, run: RunRecord, params_path: Path, run_dir: Path) -> dict[str, str]:
+    """The environment `wandb agent` gives its children, W&B offline, grouped by sweep."""
+    from wandb.sdk.lib import config_util
+
+    config_util.save_config_file_from_dict(
+        str(params_path), {k: {"value": v} for k, v in run.params.items()}
+    )
+    env = dict(os.environ)
+    env.update(
+        WANDB_RUN_ID=run.id,
+        WANDB_SWEEP_ID=sweep_id,
+        WANDB_SWEEP_PARAM_PATH=str(params_path),
+        WANDB_DIR=str(run_dir),
+        WANDB_RUN_GROUP=sweep_id,
+        WANDB_MODE="offline",
+    )
+    return env
+
+
+def _tail(path: Path, lines: int = TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _final_state(code: int, stop_requested: bool) -> str:
+    if stop_requested and code in (0, 128 + signal.SIGTERM, -signal.SIGTERM, -signal.SIGKILL):
+        return "stopped"
+    if code == 0:
+        return "finished"
+    if code < 0:  # ended by a signal it did not handle
+        return "crashed"
+    return "failed"
+
+
+class LocalAgent:
+    """Runs trials of one local sweep, one at a time, until the sweep or `count` ends."""
+
+    def __init__(
+        self,
+        sweep_id: str,
+        *,
+        root: str | Path | None = None,
+        rerun_crashed: bool = False,
+        max_consecutive_failures: int = 5,
+    ) -> None:
+        self.sweep_id = sweep_id
+        self.dir = sweep_dir(root if root is not None else output_root(), sweep_id)
+        db = self.dir / "sweep.db"
+        if not db.is_file():
+            raise FileNotFoundError(
+                f"no local sweep {sweep_id!r}: {db} does not exist; check the id "
+                "(python -m trainer.sweep ls) and TRAINER_OUTPUT_DIR."
+            )
+        self.store = SweepStore(db)
+        self.config: dict = self.store.config
+        self.early_terminate = bool(self.config.get("early_terminate"))
+        self.rerun_crashed = rerun_crashed
+        self.max_consecutive_failures = max_consecutive_failures
+
+    def run(self, count: int | None = None) -> int:
+        """Run trials; return 0 when the sweep (or `count`) is done, 1 after too many failures."""
+        self.store.mark_lost_runs()
+        done = 0
+        failures: list[RunRecord] = []
+        while count is None or done < count:
+            run = self.store.claim(
+                lambda runs: engine.next_params(self.config, runs),
+                new_id=new_id,
+                agent_pid=os.getpid(),
+                rerun_crashed=self.rerun_crashed,
+            )
+            if run is None:
+                break
+            state = self._run_trial(run)
+            done += 1
+            if state in ("failed", "crashed"):
+                failures.append(self.store.run(run.id))
+                if len(failures) >= self.max_consecutive_failures:
+                    names = "\n".join(
+                        f"  {r.id}: {r.state}, exit code {r.exit_code}, log {r.log_path}"
+                        for r in failures
+                    )
+                    print(
+                        f"agent: {len(failures)} consecutive runs failed, giving up "
+                        f"(max_consecutive_failures={self.max_consecutive_failures}):\n{names}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    return 1
+            else:
+                failures = []
+        return 0
+
+    def _run_trial(self, run: RunRecord) -> str:
+        run_dir = self.dir / "runs" / run.id
+        log_path = self.dir / "logs" / f"{run.id}.log"
+        params_path = self.dir / "params" / f"{run.id}.yaml"
+        for folder in (run_dir, log_path.parent, params_path.parent):
+            folder.mkdir(parents=True, exist_ok=True)
+        argv = trial_command(self.config, run.params, run_dir)
+        env = trial_env(self.sweep_id, run, params_path, run_dir)
+        print(f"agent: starting run {run.id} with {json.dumps(run.params)}", flush=True)
+        with open(log_path, "w") as log:
+            log.write(" ".join(argv) + "\n")
+            log.flush()
+            proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+        self.store.update(
+            run.id,
+            pid=proc.pid,
+            run_dir=str(run_dir),
+            log_path=str(log_path),
+            started_at=time.time(),
+        )
+        code = self._watch(run.id, proc, run_dir / "metrics.jsonl")
+        stop_requested = self.store.run(run.id).stop_requested
+        state = _final_state(code, stop_requested)
+        summary = None
+        summary_path = run_dir / "summary.json"
+        if summary_path.is_file():
+            summary = json.loads(summary_path.read_text())
+        self.store.update(
+            run.id,
+            state=state,
+            exit_code=code,
+            ended_at=time.time(),
+            summary=summary,
+            log_tail=None if state == "finished" else _tail(log_path),
+        )
+        print(f"agent: run {run.id} {state} (exit code {code}), log {log_path}", flush=True)
+        return state
+
+    def _watch(self, run_id: str, proc: subprocess.Popen, metrics_path: Path) -> int:
+        """Feed metrics.jsonl into the store as it grows; SIGTERM the run if hyperband says so."""
+        offset, epochs, sigterm_at, beat = 0, 0, None, time.monotonic()
+        while True:
+            code = proc.poll()
+            offset, epochs = self._read_metrics(run_id, metrics_path, offset, epochs)
+            if code is not None:
+                return code
+            if time.monotonic() - beat > HEARTBEAT_S:
+                self.store.heartbeat(run_id)
+                beat = time.monotonic()
+            if sigterm_at is None and self.early_terminate:
+                to_stop = engine.runs_to_stop(self.config, self.store.runs())
+                if to_stop:
+                    self.store.request_stop(to_stop)
+                if self.store.run(run_id).stop_requested:
+                    print(f"agent: early_terminate stops run {run_id} (SIGTERM)", flush=True)
+                    proc.send_signal(signal.SIGTERM)
+                    sigterm_at = time.monotonic()
+            elif time.monotonic() - sigterm_at > KILL_DELAY_S:
+                proc.kill()
+            time.sleep(POLL_S)
+
+    def _read_metrics(self, run_id: str, path: Path, offset: int, epochs: int) -> tuple[int, int]:
+        try:
+            with open(path) as handle:
+                handle.seek(offset)
+                chunk = handle.read()
+        except FileNotFoundError:
+            return offset, epochs
+        complete = chunk[: chunk.rfind("\n") + 1]  # a line still being written waits
+        rows = [json.loads(line) for line in complete.splitlines() if line.strip()]
+        if rows:
+            self.store.add_metrics(run_id, rows, epochs)
+        return offset + len(complete.encode()), epochs + len(rows)

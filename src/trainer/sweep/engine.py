@@ -1,0 +1,91 @@
+"""Thin wrapper around W&B's `sweeps` engine: the next run and hyperband stop decisions from
+the store's run history, with suggested values turned into plain Python."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+from trainer.sweep.store import RunRecord
+
+
+def _sweeps():
+    """The `sweeps` package, imported without its pydantic-v1 spelling warning."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Valid config keys", category=UserWarning)
+        import sweeps
+    return sweeps
+
+
+# Our store's states in the engine's vocabulary (W&B shows a stopped run as finished+stopped).
+_ENGINE_STATE = {
+    "running": "running",
+    "finished": "finished",
+    "stopped": "finished",
+    "failed": "failed",
+    "crashed": "crashed",
+}
+
+
+def plain(value: Any) -> Any:
+    """numpy scalars/arrays (what the engine suggests) → plain Python values."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+def metric_value(run: RunRecord, metric: dict | None) -> float | None:
+    """The run's value of the sweep metric: its last logged value, as W&B's summary holds."""
+    if not metric:
+        return None
+    for row in reversed(run.history):
+        if metric["name"] in row:
+            return row[metric["name"]]
+    return None
+
+
+def to_sweep_run(run: RunRecord):
+    return _sweeps().SweepRun(
+        name=run.id,
+        state=_ENGINE_STATE.get(run.state, "finished"),
+        config={k: {"value": v} for k, v in run.params.items()},
+        history=run.history,
+        summary_metrics=run.history[-1] if run.history else {},
+        search_info=run.search_info,
+        stopped=run.state == "stopped",
+        should_stop=run.stop_requested,
+    )
+
+
+def next_params(config: dict, runs: list[RunRecord]) -> tuple[dict, dict | None] | None:
+    """The next parameters to try, or None when the sweep is exhausted (grid done, run_cap)."""
+    sweeps = _sweeps()
+    cap = config.get("run_cap")
+    if cap is not None and len(runs) >= cap:
+        return None
+    suggestion = sweeps.next_run(config, [to_sweep_run(r) for r in runs], validate=False)
+    if suggestion is None:
+        return None
+    params = {k: plain(v["value"]) for k, v in suggestion.config.items()}
+    return params, plain(suggestion.search_info) if suggestion.search_info else None
+
+
+def runs_to_stop(config: dict, runs: list[RunRecord]) -> list[str]:
+    """Ids of running runs that the sweep's early_terminate (hyperband) stops now."""
+    if not config.get("early_terminate") or not config.get("metric"):
+        return []
+    sweeps = _sweeps()
+    active = [r for r in runs if r.state == "running" and not r.stop_requested]
+    if not active:
+        return []
+    stop = sweeps.stop_runs(config, [to_sweep_run(r) for r in runs], validate=False)
+    wanted = {r.id for r in active}
+    return [s.name for s in stop if s.name in wanted]

@@ -1,0 +1,276 @@
+"""The local sweep store: one SQLite file per sweep holding its config, runs, parameters,
+states, per-epoch metric history, exit codes and log paths. Writers take `BEGIN IMMEDIATE`
+so several agent processes never hand out the same run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+TERMINAL = ("finished", "failed", "crashed", "stopped")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sweep (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS runs (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT UNIQUE NOT NULL,
+    state TEXT NOT NULL,
+    params TEXT NOT NULL,
+    search_info TEXT,
+    agent_pid INTEGER,
+    pid INTEGER,
+    run_dir TEXT,
+    log_path TEXT,
+    exit_code INTEGER,
+    log_tail TEXT,
+    summary TEXT,
+    stop_requested INTEGER NOT NULL DEFAULT 0,
+    rerun_of TEXT,
+    superseded INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    started_at REAL,
+    ended_at REAL,
+    heartbeat_at REAL
+);
+CREATE TABLE IF NOT EXISTS metrics (
+    run_id TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (run_id, step)
+);
+"""
+
+
+@dataclass
+class RunRecord:
+    """One row of `runs` with its metric history."""
+
+    id: str
+    seq: int
+    state: str
+    params: dict[str, Any]
+    search_info: dict | None = None
+    agent_pid: int | None = None
+    pid: int | None = None
+    run_dir: str | None = None
+    log_path: str | None = None
+    exit_code: int | None = None
+    log_tail: str | None = None
+    summary: dict | None = None
+    stop_requested: bool = False
+    rerun_of: str | None = None
+    superseded: bool = False
+    created_at: float = 0.0
+    started_at: float | None = None
+    ended_at: float | None = None
+    heartbeat_at: float | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.started_at is None:
+            return None
+        end = self.ended_at if self.ended_at is not None else time.time()
+        return end - self.started_at
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def _kill_orphan(pid: int | None, run_id: str) -> None:
+    """SIGKILL a lost run's trial process if it still runs (its agent died under it)."""
+    try:  # the pid may be reused: only a process whose command line names this run
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except (OSError, TypeError):
+        return
+    if f"/runs/{run_id}" in cmdline:
+        try:
+            os.kill(pid, signal.SIGKILL)  # type: ignore[arg-type]
+        except ProcessLookupError:
+            return
+
+
+class SweepStore:
+    """The SQLite store of one sweep (`<sweep dir>/sweep.db`)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # isolation_level=None: we issue BEGIN/COMMIT ourselves.
+        self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA busy_timeout=60000")
+        with self.transaction():
+            for stmt in _SCHEMA.split(";"):
+                if stmt.strip():
+                    self._db.execute(stmt)
+
+    def close(self) -> None:
+        self._db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """An exclusive-for-writers transaction (BEGIN IMMEDIATE)."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    # sweep-level keys -------------------------------------------------------------------
+    def set(self, key: str, value: Any) -> None:
+        with self.transaction() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO sweep (key, value) VALUES (?, ?)", (key, json.dumps(value))
+            )
+
+    def get(self, key: str, default: Any = None) -> Any:
+        row = self._db.execute("SELECT value FROM sweep WHERE key = ?", (key,)).fetchone()
+        return default if row is None else json.loads(row[0])
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.get("config")
+
+    # runs ------------------------------------------------------------------------------------
+    def _rows(self, db: sqlite3.Connection, where: str = "", args: tuple = ()) -> list[RunRecord]:
+        db.row_factory = sqlite3.Row
+        try:
+            rows = db.execute(f"SELECT * FROM runs {where} ORDER BY seq", args).fetchall()
+            hist: dict[str, list[dict]] = {}
+            for r in db.execute("SELECT run_id, data FROM metrics ORDER BY run_id, step"):
+                hist.setdefault(r["run_id"], []).append(json.loads(r["data"]))
+        finally:
+            db.row_factory = None
+        out = []
+        for r in rows:
+            d = dict(r)
+            for key in ("params", "search_info", "summary"):
+                d[key] = None if d[key] is None else json.loads(d[key])
+            d["stop_requested"] = bool(d["stop_requested"])
+            d["superseded"] = bool(d["superseded"])
+            out.append(RunRecord(**d, history=hist.get(d["id"], [])))
+        return out
+
+    def runs(self) -> list[RunRecord]:
+        return self._rows(self._db)
+
+    def run(self, run_id: str) -> RunRecord:
+        found = self._rows(self._db, "WHERE id = ?", (run_id,))
+        if not found:
+            raise KeyError(f"no run {run_id!r} in sweep store {self.path}")
+        return found[0]
+
+    def claim(
+        self,
+        propose: Callable[[list[RunRecord]], tuple[dict, dict | None] | None],
+        *,
+        new_id: Callable[[], str],
+        agent_pid: int,
+        rerun_crashed: bool = False,
+    ) -> RunRecord | None:
+        """Hand out the next run exactly once: a crashed run to rerun, else what `propose`
+        suggests given the runs so far (None: the sweep has nothing more to run)."""
+        with self.transaction() as db:
+            runs = self._rows(db)
+            params: dict | None = None
+            info: dict | None = None
+            rerun_of = None
+            if rerun_crashed:
+                for r in runs:
+                    if r.state == "crashed" and not r.superseded:
+                        params, rerun_of = r.params, r.id
+                        db.execute("UPDATE runs SET superseded = 1 WHERE id = ?", (r.id,))
+                        break
+            if params is None:
+                proposal = propose([r for r in runs if not r.superseded])
+                if proposal is None:
+                    return None
+                params, info = proposal
+            run_id = new_id()
+            now = time.time()
+            db.execute(
+                "INSERT INTO runs (id, state, params, search_info, agent_pid, rerun_of, "
+                "created_at, started_at, heartbeat_at) VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    json.dumps(params),
+                    None if info is None else json.dumps(info),
+                    agent_pid,
+                    rerun_of,
+                    now,
+                    now,
+                    now,
+                ),
+            )
+        return self.run(run_id)
+
+    def update(self, run_id: str, **fields: Any) -> None:
+        if not fields:
+            return
+        values = [
+            json.dumps(v) if k in ("summary", "search_info") else v for k, v in fields.items()
+        ]
+        cols = ", ".join(f"{k} = ?" for k in fields)
+        with self.transaction() as db:
+            db.execute(f"UPDATE runs SET {cols} WHERE id = ?", (*values, run_id))
+
+    def add_metrics(self, run_id: str, rows: list[dict[str, Any]], first_step: int) -> None:
+        """Append per-epoch metric rows (step = epoch index) and refresh the heartbeat."""
+        with self.transaction() as db:
+            for i, row in enumerate(rows):
+                db.execute(
+                    "INSERT OR REPLACE INTO metrics (run_id, step, data) VALUES (?, ?, ?)",
+                    (run_id, first_step + i, json.dumps(row)),
+                )
+            db.execute("UPDATE runs SET heartbeat_at = ? WHERE id = ?", (time.time(), run_id))
+
+    def heartbeat(self, run_id: str) -> None:
+        self.update(run_id, heartbeat_at=time.time())
+
+    def request_stop(self, run_ids: list[str]) -> None:
+        with self.transaction() as db:
+            for run_id in run_ids:
+                db.execute(
+                    "UPDATE runs SET stop_requested = 1 WHERE id = ? AND state = 'running'",
+                    (run_id,),
+                )
+
+    def mark_lost_runs(self, stale_s: float = 120.0) -> list[str]:
+        """Mark running runs whose agent process is gone (or silent for `stale_s`) crashed."""
+        lost = []
+        now = time.time()
+        with self.transaction() as db:
+            for r in self._rows(db, "WHERE state = 'running'"):
+                silent = r.heartbeat_at is not None and now - r.heartbeat_at > stale_s
+                if r.agent_pid == os.getpid() or (_pid_alive(r.agent_pid) and not silent):
+                    continue
+                db.execute(
+                    "UPDATE runs SET state = 'crashed', ended_at = ?, log_tail = ? WHERE id = ?",
+                    (now, "agent process lost while the run was going", r.id),
+                )
+                lost.append(r.id)
+                _kill_orphan(r.pid, r.id)
+        return lost

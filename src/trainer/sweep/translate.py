@@ -1,0 +1,133 @@
+"""Sweep definitions and Hydra sweep syntax become one W&B sweep configuration (pure functions)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import (
+    ChoiceSweep,
+    IntervalSweep,
+    Override,
+    RangeSweep,
+)
+
+# W&B distributions defined by min/max alone: `tag(<name>, interval(a, b))` selects one of them.
+MIN_MAX_DISTRIBUTIONS = (
+    "int_uniform",
+    "uniform",
+    "log_uniform",
+    "log_uniform_values",
+    "inv_log_uniform",
+    "inv_log_uniform_values",
+)
+# The top-level keys of a W&B sweep configuration that the sweeper config carries.
+SWEEP_KEYS = ("name", "description", "method", "metric", "early_terminate", "run_cap")
+# Command-line overrides that concern the sweep itself, not the trials.
+_SWEEPER_PREFIXES = ("hydra.sweeper", "hydra/sweeper", "hydra.mode", "hydra.sweep.")
+
+
+class TranslationError(ValueError):
+    """A command-line sweep the W&B schema cannot express."""
+
+
+def flatten_parameters(parameters: dict[str, Any], prefix: str = "") -> dict[str, dict]:
+    """Nested `parameters:` blocks become flat dotted keys ({"a": {"parameters": {"b": s}}} -> {"a.b": s})."""
+    flat: dict[str, dict] = {}
+    for key, spec in (parameters or {}).items():
+        name = f"{prefix}{key}"
+        if isinstance(spec, dict) and "parameters" in spec:
+            flat.update(flatten_parameters(spec["parameters"], f"{name}."))
+        else:
+            flat[name] = dict(spec) if isinstance(spec, dict) else spec
+    return flat
+
+
+def spec_from_override(override: Override) -> dict[str, Any]:
+    """The W&B parameter spec of one Hydra sweep override (`k=a,b`, choice, range, interval)."""
+    value = override.value()
+    if isinstance(value, ChoiceSweep):
+        return {"values": list(value.list)}
+    if isinstance(value, RangeSweep):
+        return {"values": list(override.sweep_iterator())}
+    if isinstance(value, IntervalSweep):
+        start, end = value.start, value.end
+        tags = set(value.tags)
+        if not tags:
+            if isinstance(start, int) and isinstance(end, int):
+                return {"distribution": "int_uniform", "min": start, "max": end}
+            return {"distribution": "uniform", "min": float(start), "max": float(end)}
+        if tags == {"log"}:
+            return {"distribution": "log_uniform_values", "min": start, "max": end}
+        if len(tags) == 1 and next(iter(tags)) in MIN_MAX_DISTRIBUTIONS:
+            return {"distribution": next(iter(tags)), "min": start, "max": end}
+        raise TranslationError(
+            f"{override.input_line}: tag(...) of an interval must be `log` or one of the W&B "
+            f"distributions defined by min/max ({', '.join(MIN_MAX_DISTRIBUTIONS)}); "
+            "write the others (q_*, normal, beta...) in the sweep config's `parameters`."
+        )
+    raise TranslationError(f"{override.input_line}: not a sweep override")
+
+
+def split_overrides(overrides: list[str]) -> tuple[list[str], dict[str, dict]]:
+    """Command-line overrides -> (fixed overrides for every trial, swept parameters).
+
+    Overrides of the sweeper itself (hydra.sweeper.*, hydra.mode) are dropped from both."""
+    parsed = OverridesParser.create().parse_overrides(list(overrides))
+    fixed: list[str] = []
+    swept: dict[str, dict] = {}
+    for override in parsed:
+        if override.input_line.lstrip("+~").startswith(_SWEEPER_PREFIXES):
+            continue
+        if override.is_sweep_override():
+            swept[override.key_or_group] = spec_from_override(override)
+        else:
+            fixed.append(override.input_line)
+    return fixed, swept
+
+
+def trial_command(fixed: list[str]) -> list[str]:
+    """The `command` W&B's agent runs: `python -m trainer key=value ... <fixed overrides>`."""
+    return [
+        "${env}",
+        "${interpreter}",
+        "-m",
+        "trainer",
+        "${args_no_hyphens}",
+        *fixed,
+        "hydra.mode=RUN",
+    ]
+
+
+def build_sweep_config(sweeper: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """The W&B sweep configuration of a sweeper config plus the command line (which wins)."""
+    fixed, swept = split_overrides(overrides)
+    fixed_keys = {line.lstrip("+~").split("=", 1)[0] for line in fixed}
+    parameters = {
+        key: spec
+        for key, spec in flatten_parameters(sweeper.get("parameters") or {}).items()
+        if key not in fixed_keys
+    }
+    parameters.update(swept)
+    config: dict[str, Any] = {}
+    for key in SWEEP_KEYS:
+        value = sweeper.get(key)
+        if value is not None:
+            config[key] = value
+    config["parameters"] = parameters
+    config["command"] = trial_command(fixed)
+    return config
+
+
+def run_count(config: dict[str, Any]) -> int | str:
+    """How many runs the sweep makes: the grid size (capped by run_cap), run_cap, or "unbounded"."""
+    cap = config.get("run_cap")
+    if config.get("method") == "grid":
+        size = 1
+        for spec in config.get("parameters", {}).values():
+            if "values" in spec:
+                size *= len(spec["values"])
+            elif spec.get("distribution") == "int_uniform":
+                size *= int(spec["max"]) - int(spec["min"]) + 1
+        return min(size, cap) if cap else size
+    return cap if cap else "unbounded"

@@ -1,0 +1,150 @@
+"""Every problem of a W&B sweep configuration at once, before anything runs."""
+
+from __future__ import annotations
+
+import difflib
+import math
+import warnings
+from collections.abc import Iterable
+from typing import Any
+
+from trainer.config import ConfigError
+from trainer.metrics import EPOCH_METRICS
+
+# Distributions W&B's grid search can enumerate.
+GRID_DISTRIBUTIONS = ("constant", "categorical", "int_uniform", "q_uniform")
+POSITIVE_MIN = ("log_uniform_values", "q_log_uniform_values", "inv_log_uniform_values")
+
+
+def distribution(spec: dict[str, Any]) -> str:
+    """The W&B distribution of a parameter spec, inferred as W&B infers it."""
+    if "distribution" in spec:
+        return spec["distribution"]
+    if "value" in spec:
+        return "constant"
+    if "values" in spec:
+        return "categorical_w_probabilities" if "probabilities" in spec else "categorical"
+    if isinstance(spec.get("min"), int) and isinstance(spec.get("max"), int):
+        return "int_uniform"
+    return "uniform"
+
+
+def _parameter_problems(
+    key: str,
+    spec: Any,
+    method: str | None,
+    keys: set[str],
+    groups: dict[str, list[str]],
+) -> list[str]:
+    if not isinstance(spec, dict):
+        return [
+            f"parameter {key}: {spec!r} is not a W&B parameter spec; write {{value: ...}}, "
+            "{values: [...]} or {distribution: ..., min: ..., max: ...}"
+        ]
+    problems = []
+    dist = distribution(spec)
+    if method == "grid" and dist not in GRID_DISTRIBUTIONS + ("categorical_w_probabilities",):
+        problems.append(
+            f"parameter {key}: grid search cannot enumerate the continuous distribution {dist}; "
+            "give it `values: [...]` or use method: random or bayes"
+        )
+    low, high = spec.get("min"), spec.get("max")
+    if isinstance(low, int | float) and isinstance(high, int | float):
+        if low >= high:
+            problems.append(f"parameter {key}: min {low} must be less than max {high}")
+        if dist in POSITIVE_MIN and low <= 0:
+            problems.append(
+                f"parameter {key}: {dist} takes the actual values, so min must be > 0 "
+                f"(got {low}); use e.g. min: 1e-6"
+            )
+    if "probabilities" in spec:
+        probs = spec["probabilities"]
+        values = spec.get("values") or []
+        if len(probs) != len(values):
+            problems.append(
+                f"parameter {key}: {len(probs)} probabilities for {len(values)} values; "
+                "give one probability per value"
+            )
+        if not math.isclose(sum(probs), 1.0, abs_tol=1e-6):
+            problems.append(
+                f"parameter {key}: probabilities sum to {sum(probs):g}, not 1; rescale them"
+            )
+        if method == "bayes":
+            problems.append(
+                f"parameter {key}: the bayes engine cannot use `probabilities`; drop them or "
+                "use method: random"
+            )
+    if key in groups:
+        options = groups[key]
+        chosen = spec.get("values", [spec["value"]] if "value" in spec else [])
+        for value in chosen:
+            if str(value) not in options:
+                problems.append(
+                    f"parameter {key}: {value!r} is not an option of config group {key} "
+                    f"(options: {', '.join(sorted(options))})"
+                )
+    elif key not in keys:
+        close = difflib.get_close_matches(key, list(keys) + list(groups), n=1)
+        hint = f"did you mean {close[0]}?" if close else "check the spelling in conf/"
+        problems.append(
+            f"parameter {key}: not a key of the composed config nor a config group; {hint}"
+        )
+    return problems
+
+
+def schema_problems(config: dict[str, Any]) -> list[str]:
+    """The `sweeps` package's schema violations, less its notes on the older log distributions
+    (log_uniform & co. take exponents; W&B still accepts and runs them)."""
+    with warnings.catch_warnings():  # pydantic's notice about the sweeps package's own config
+        warnings.simplefilter("ignore", UserWarning)
+        from jsonschema import ValidationError
+        from sweeps.config.cfg import schema_violations_from_proposed_config
+        from sweeps.config.schema import check_for_deprecated_distributions
+
+    notes = set()
+    for name, spec in (config.get("parameters") or {}).items():
+        try:
+            check_for_deprecated_distributions(name, spec)
+        except ValueError as note:
+            notes.add(str(note))
+        except ValidationError:  # malformed: the schema check below reports it
+            continue
+    return [m for m in schema_violations_from_proposed_config(config) if m not in notes]
+
+
+def sweep_problems(
+    config: dict[str, Any], keys: Iterable[str], groups: dict[str, list[str]]
+) -> list[str]:
+    """All problems of `config` (a W&B sweep config), given the composed config's dotted keys
+    and the config groups with their options."""
+    problems = [f"W&B schema: {m}" for m in schema_problems(config)]
+    method = config.get("method")
+    metric = config.get("metric")
+    if method == "bayes" and not metric:
+        problems.append("method bayes needs a metric; set metric: {name: val/acc, goal: maximize}")
+    if config.get("early_terminate") and not metric:
+        problems.append("early_terminate needs a metric; set metric: {name: ..., goal: ...}")
+    if isinstance(metric, dict) and metric.get("name") not in EPOCH_METRICS:
+        problems.append(
+            f"metric.name {metric.get('name')!r} is not logged by the trainer; use one of "
+            f"{', '.join(EPOCH_METRICS)}"
+        )
+    cap = config.get("run_cap")
+    if cap is not None and (not isinstance(cap, int) or cap <= 0):
+        problems.append(f"run_cap {cap!r} must be a positive integer (or left out)")
+    keyset = set(keys)
+    for key, spec in (config.get("parameters") or {}).items():
+        problems.extend(_parameter_problems(key, spec, method, keyset, groups))
+    # The schema and our own checks may say the same thing; keep each once, in order.
+    return list(dict.fromkeys(problems))
+
+
+def check_sweep(config: dict[str, Any], keys: Iterable[str], groups: dict[str, list[str]]) -> None:
+    """Raise ConfigError listing every problem of `config`."""
+    problems = sweep_problems(config, keys, groups)
+    if problems:
+        listed = "; ".join(f"({i}) {p}" for i, p in enumerate(problems, 1))
+        raise ConfigError(
+            f"The sweep configuration has {len(problems)} problem(s), nothing was run: {listed}. "
+            "Fix them in conf/sweep/ or in the hydra.sweeper.* overrides."
+        )

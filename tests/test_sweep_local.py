@@ -1,0 +1,107 @@
+"""The local backend end to end: real trial processes on small_cnn/digits, one epoch each."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from trainer.sweep import report
+from trainer.sweep.__main__ import main as sweep_cli
+from trainer.sweep.local import run_sweep, write_sweep_yaml
+
+COMMAND = [
+    "${env}",
+    "${interpreter}",
+    "-m",
+    "trainer",
+    "${args_no_hyphens}",
+    "compile=off",
+    "logger=none",
+    "trainer.max_epochs=1",
+    "trainer.max_steps=4",
+    "model=small_cnn",
+    "data=digits",
+]
+
+
+def _config(method, parameters, **extra):
+    return {
+        "method": method,
+        "metric": {"name": "val/acc", "goal": "maximize"},
+        "parameters": parameters,
+        "command": COMMAND,
+        **extra,
+    }
+
+
+def test_grid_sweep_runs_every_point_and_reports(tmp_path, capsys):
+    config = _config(
+        "grid",
+        {"optimizer.lr": {"values": [0.01, 0.001]}, "data.batch_size": {"values": [128, 256]}},
+    )
+    res = run_sweep(config, root=tmp_path, agents=2)
+    out = capsys.readouterr().out
+    sweep_id = res["sweep_id"]
+    directory = tmp_path / "sweeps" / sweep_id
+    assert f"sweep {sweep_id}" in out and "rank" in out
+    assert yaml.safe_load((directory / "sweep.yaml").read_text()) == config
+    assert [r["state"] for r in res["runs"]] == ["finished"] * 4
+    points = {(r["params"]["optimizer.lr"], r["params"]["data.batch_size"]) for r in res["runs"]}
+    assert points == {(lr, b) for lr in (0.01, 0.001) for b in (128, 256)}
+    for r in res["runs"]:
+        assert 0.0 <= r["metric"] <= 1.0 and r["run_dir"].endswith(f"runs/{r['id']}")
+        assert "compile_s" in r
+    metrics = [r["metric"] for r in res["runs"]]
+    assert metrics == sorted(metrics, reverse=True)
+    on_disk = json.loads((directory / "results.json").read_text())
+    assert on_disk["sweep_id"] == sweep_id and on_disk["backend"] == "local"
+    assert on_disk["best"]["id"] == res["runs"][0]["id"]
+    best = yaml.safe_load((directory / "best.yaml").read_text())
+    p = res["best"]["params"]
+    assert best[:6] == COMMAND[5:]
+    assert f"optimizer.lr={p['optimizer.lr']}" in best
+    assert f"data.batch_size={p['data.batch_size']}" in best
+
+    # The report commands read the same store.
+    assert sweep_cli(["--root", str(tmp_path), "show", sweep_id]) == 0
+    assert (directory / "sweep.png").stat().st_size > 0
+    assert sweep_cli(["--root", str(tmp_path), "ls"]) == 0
+    listing = capsys.readouterr().out
+    assert sweep_id in listing and "grid" in listing and "finished" in listing
+
+
+def test_random_sweep_stops_at_run_cap(tmp_path):
+    config = _config(
+        "random",
+        {"optimizer.lr": {"distribution": "log_uniform_values", "min": 1e-4, "max": 1e-1}},
+        run_cap=2,
+    )
+    res = run_sweep(config, root=tmp_path, agents=2)
+    assert len(res["runs"]) == 2
+    assert all(r["state"] == "finished" for r in res["runs"])
+    assert all(1e-4 <= r["params"]["optimizer.lr"] <= 1e-1 for r in res["runs"])
+
+
+def test_bayes_sweep_runs_a_few_and_count_limits_each_agent(tmp_path):
+    config = _config("bayes", {"optimizer.lr": {"min": 0.001, "max": 0.1}})
+    res = run_sweep(config, root=tmp_path, agents=2, count=1)
+    assert len(res["runs"]) == 2 and all(r["state"] == "finished" for r in res["runs"])
+    assert res["best"] is not None
+
+
+def test_write_sweep_yaml_is_exactly_the_config(tmp_path):
+    config = _config("grid", {"model": {"values": ["small_cnn"]}}, name="n")
+    write_sweep_yaml(config, tmp_path / "sweep.yaml")
+    assert yaml.safe_load((tmp_path / "sweep.yaml").read_text()) == config
+    assert list(yaml.safe_load((tmp_path / "sweep.yaml").read_text())) == list(config)
+
+
+def test_best_overrides_are_fixed_overrides_plus_params():
+    config = _config("grid", {"a": {"values": [1]}})
+    best = {"params": {"optimizer.lr": 1e-05, "model": "small_cnn"}}
+    assert report.best_overrides(config, best) == [
+        *COMMAND[5:],
+        "optimizer.lr=1e-05",
+        "model=small_cnn",
+    ]

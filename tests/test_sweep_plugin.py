@@ -1,0 +1,124 @@
+"""The `hydra/sweeper=wandb` plugin: discovery, conf/sweep definitions, dry run, and offline sweeps
+run end to end through `python -m trainer -m`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra.core.plugins import Plugins
+from hydra.plugins.sweeper import Sweeper
+from omegaconf import OmegaConf
+
+from tests.conftest import CONF, make_cfg, run_cli
+from trainer.sweep.translate import build_sweep_config, run_count
+from trainer.sweep.validate import sweep_problems
+from trainer.tracking import flatten
+
+SWEEPS = sorted(p.stem for p in (CONF / "sweep").glob("*.yaml"))
+TINY = ["compile=off", "logger=none", "trainer.max_epochs=1"]
+METRIC = "hydra.sweeper.metric={name: val/acc, goal: maximize}"
+
+
+def test_hydra_discovers_the_sweeper():
+    names = [cls.__name__ for cls in Plugins.instance().discover(Sweeper)]
+    assert "WandbSweeper" in names
+
+
+def test_info_plugins_lists_it():
+    result = run_cli("--info", "plugins")
+    assert result.returncode == 0, result.stderr
+    sweepers = result.stdout.split("Sweeper:")[1].split("Profiling")[0]
+    assert "WandbSweeper" in sweepers
+
+
+def test_the_ready_definitions_exist():
+    assert {"lr_random", "lr_bayes", "compile_grid", "arch_random"} <= set(SWEEPS)
+
+
+@pytest.mark.parametrize("name", SWEEPS)
+def test_every_definition_is_a_valid_wandb_sweep(name):
+    cfg = make_cfg(f"sweep={name}")
+    assert cfg.hydra.mode.name == "MULTIRUN"
+    assert cfg.hydra.runtime.choices["hydra/sweeper"] == "wandb"
+    options = OmegaConf.to_container(cfg.hydra.sweeper, resolve=True)
+    config = build_sweep_config(options, [f"sweep={name}"])
+    tree = OmegaConf.to_container(cfg, resolve=False)
+    tree.pop("hydra")
+    groups = {g: [] for g in cfg.hydra.runtime.choices if not g.startswith("hydra/")}
+    for group in groups:
+        groups[group] = [p.stem for p in (CONF / group).glob("*.yaml")]
+    assert sweep_problems(config, flatten(tree), groups) == []
+    assert config["command"][-2:] == [f"sweep={name}", "hydra.mode=RUN"]
+    assert run_count(config) != "unbounded"
+
+
+def test_dry_run_prints_the_config_and_run_count_and_runs_nothing(tmp_path):
+    result = run_cli("sweep=compile_grid", "hydra.sweeper.dry_run=true", "trainer.seed=3")
+    assert result.returncode == 0, result.stderr
+    body, _, count = result.stdout.rpartition("# runs:")
+    config = yaml.safe_load(body)
+    assert config["method"] == "grid"
+    assert config["parameters"]["model"] == {"values": ["small_cnn", "mobilenet_v3_small"]}
+    assert "trainer.seed=3" in config["command"]
+    assert count.strip() == "4"
+    assert not (tmp_path / "outputs" / "sweeps").exists()
+
+
+def test_invalid_sweep_exits_2_with_every_problem_and_runs_nothing(tmp_path):
+    result = run_cli(
+        "sweep=lr_random", "optimizer.lrr=0.1,0.2", "hydra.sweeper.run_cap=0", "model=small_cnn,vgg"
+    )
+    assert result.returncode == 2
+    assert "did you mean optimizer.lr?" in result.stderr
+    assert "run_cap 0" in result.stderr
+    assert "'vgg' is not an option of config group model" in result.stderr
+    assert not (tmp_path / "outputs" / "sweeps").exists()
+
+
+def _results(tmp_path: Path) -> tuple[Path, dict]:
+    (directory,) = (tmp_path / "outputs" / "sweeps").iterdir()
+    return directory, json.loads((directory / "results.json").read_text())
+
+
+def test_offline_grid_sweep_runs_every_point(tmp_path):
+    result = run_cli(
+        "-m", "hydra/sweeper=wandb", "hydra.sweeper.method=grid", METRIC, *TINY,
+        "optimizer.lr=0.01,0.1", "optimizer.momentum=0.0,0.9",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    directory, results = _results(tmp_path)
+    assert results["sweep_id"] == directory.name and results["backend"] == "local"
+    assert sorted((r["params"]["optimizer.lr"], r["params"]["optimizer.momentum"]) for r in results["runs"]) == [
+        (0.01, 0.0), (0.01, 0.9), (0.1, 0.0), (0.1, 0.9),
+    ]  # fmt: skip
+    assert all(r["state"] == "finished" and r["metric"] is not None for r in results["runs"])
+    assert results["best"]["metric"] == max(r["metric"] for r in results["runs"])
+    best = yaml.safe_load((directory / "best.yaml").read_text())
+    assert f"optimizer.lr={results['best']['params']['optimizer.lr']}" in best
+    assert yaml.safe_load((directory / "sweep.yaml").read_text())["method"] == "grid"
+
+
+def test_random_sweep_stops_at_run_cap(tmp_path):
+    result = run_cli(
+        "-m", "hydra/sweeper=wandb", "hydra.sweeper.method=random", "hydra.sweeper.run_cap=2",
+        METRIC, *TINY, "trainer.max_steps=5", "optimizer.lr=tag(log,interval(1e-3,1e-1))",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    _, results = _results(tmp_path)
+    assert len(results["runs"]) == 2
+    lrs = [r["params"]["optimizer.lr"] for r in results["runs"]]
+    assert all(1e-3 <= lr <= 1e-1 for lr in lrs) and lrs[0] != lrs[1]
+
+
+def test_bayes_sweep_of_a_few_runs(tmp_path):
+    result = run_cli(
+        "-m", "sweep=lr_bayes", "hydra.sweeper.run_cap=3", *TINY, "trainer.max_steps=5",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    _, results = _results(tmp_path)
+    assert len(results["runs"]) == 3
+    assert all(r["state"] in ("finished", "stopped") for r in results["runs"])
+    assert all(0.5 <= r["params"]["optimizer.momentum"] <= 0.99 for r in results["runs"])

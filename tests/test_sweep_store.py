@@ -1,0 +1,123 @@
+"""The SQLite sweep store: runs handed out exactly once, history kept, lost runs found."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from trainer.sweep import engine
+from trainer.sweep.agent import new_id
+from trainer.sweep.store import SweepStore
+
+GRID = {
+    "method": "grid",
+    "metric": {"name": "val/acc", "goal": "maximize"},
+    "parameters": {"a": {"values": [1, 2, 3, 4]}, "b": {"values": [0.1, 0.2]}},
+    "command": ["${env}", "${interpreter}", "-m", "trainer", "${args_no_hyphens}"],
+}
+
+
+def _store(tmp_path, config=GRID, name="s1") -> SweepStore:
+    store = SweepStore(tmp_path / name / "sweep.db")
+    store.set("config", config)
+    return store
+
+
+def _claim(store, *, pid=None, rerun_crashed=False):
+    return store.claim(
+        lambda runs: engine.next_params(store.config, runs),
+        new_id=new_id,
+        agent_pid=pid or os.getpid(),
+        rerun_crashed=rerun_crashed,
+    )
+
+
+def test_grid_is_handed_out_once_then_ends_with_plain_values(tmp_path):
+    store = _store(tmp_path)
+    seen = []
+    while (run := _claim(store)) is not None:
+        seen.append((run.params["a"], run.params["b"]))
+        assert type(run.params["a"]) is int and type(run.params["b"]) is float
+        store.update(run.id, state="finished")
+    assert sorted(seen) == sorted((a, b) for a in (1, 2, 3, 4) for b in (0.1, 0.2))
+
+
+def test_history_and_config_survive_reopening(tmp_path):
+    store = _store(tmp_path)
+    run = _claim(store)
+    store.add_metrics(run.id, [{"val/acc": 0.5}, {"val/acc": 0.6}], 0)
+    store.add_metrics(run.id, [{"val/acc": 0.7}], 2)
+    store.close()
+    again = SweepStore(tmp_path / "s1" / "sweep.db")
+    assert again.config == GRID
+    assert [h["val/acc"] for h in again.run(run.id).history] == [0.5, 0.6, 0.7]
+
+
+def test_run_cap_counts_every_run(tmp_path):
+    config = {**GRID, "method": "random", "run_cap": 3}
+    store = _store(tmp_path, config)
+    ids = [_claim(store) for _ in range(5)]
+    assert sum(r is not None for r in ids) == 3
+
+
+CLAIMER = """
+import sys, os
+from trainer.sweep.store import SweepStore
+from trainer.sweep import engine
+from trainer.sweep.agent import new_id
+store = SweepStore(sys.argv[1])
+while (run := store.claim(lambda rs: engine.next_params(store.config, rs), new_id=new_id,
+                          agent_pid=os.getpid())) is not None:
+    print(run.id, run.params["a"], run.params["b"], flush=True)
+"""
+
+
+def test_concurrent_processes_never_get_the_same_run(tmp_path):
+    store = _store(tmp_path)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CLAIMER, str(store.path)], stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(4)
+    ]
+    lines = [line for p in procs for line in p.communicate(timeout=120)[0].splitlines()]
+    points = [tuple(line.split()[1:]) for line in lines]
+    assert len(points) == 8 and len(set(points)) == 8
+    assert len(store.runs()) == 8
+
+
+def test_lost_runs_are_marked_crashed_and_rerun_once(tmp_path):
+    store = _store(tmp_path)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    lost = _claim(store, pid=dead.pid)
+    mine = _claim(store)
+    assert store.mark_lost_runs() == [lost.id]
+    assert store.run(lost.id).state == "crashed"
+    assert store.run(mine.id).state == "running"
+    rerun = _claim(store, rerun_crashed=True)
+    assert rerun.params == lost.params and rerun.rerun_of == lost.id
+    # The rerun replaces the crashed run: the grid neither repeats nor loses its point.
+    rest = []
+    while (run := _claim(store, rerun_crashed=True)) is not None:
+        rest.append(run)
+    points = [tuple(r.params.values()) for r in store.runs() if not r.superseded]
+    assert len(points) == 8 and len(set(points)) == 8
+
+
+def test_two_sweeps_in_one_root_are_independent(tmp_path):
+    one, two = _store(tmp_path, name="a"), _store(tmp_path, config={**GRID, "method": "random"})
+    _claim(one)
+    assert two.runs() == []
+    assert len(one.runs()) == 1
+
+
+def test_hyperband_stops_a_clearly_worse_running_run(tmp_path):
+    config = {**GRID, "early_terminate": {"type": "hyperband", "min_iter": 1, "eta": 3}}
+    store = _store(tmp_path, config)
+    good, bad = _claim(store), _claim(store)
+    store.add_metrics(good.id, [{"val/acc": 0.8}, {"val/acc": 0.9}], 0)
+    store.update(good.id, state="finished")
+    store.add_metrics(bad.id, [{"val/acc": 0.1}], 0)
+    assert engine.runs_to_stop(config, store.runs()) == [bad.id]

@@ -1,0 +1,241 @@
+"""Sweep definitions and Hydra sweep syntax -> W&B sweep config; exact values on a trial's argv."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from wandb.sdk.launch.sweeps.utils import create_sweep_command, create_sweep_command_args
+
+from trainer.sweep.translate import (
+    TranslationError,
+    build_sweep_config,
+    flatten_parameters,
+    run_count,
+    split_overrides,
+    trial_command,
+)
+from trainer.sweep.trial_argv import hydra_value, repair_argv, repair_sys_argv
+
+
+@pytest.mark.parametrize(
+    ("override", "spec"),
+    [
+        ("a=1,2.5,x", {"values": [1, 2.5, "x"]}),
+        ("model=small_cnn,resnet18", {"values": ["small_cnn", "resnet18"]}),
+        ('a=choice("a b",true)', {"values": ["a b", True]}),
+        ("a=[1,2],[3]", {"values": [[1, 2], [3]]}),
+        ("a=range(1,5)", {"values": [1, 2, 3, 4]}),
+        ("a=range(0,10,4)", {"values": [0, 4, 8]}),
+        ("a=interval(0,1)", {"distribution": "uniform", "min": 0.0, "max": 1.0}),
+        ("a=int(interval(1,10))", {"distribution": "int_uniform", "min": 1, "max": 10}),
+        (
+            "a=tag(log,interval(1e-5,1e-1))",
+            {"distribution": "log_uniform_values", "min": 1e-5, "max": 0.1},
+        ),
+        (
+            "a=tag(inv_log_uniform_values,interval(1,10))",
+            {"distribution": "inv_log_uniform_values", "min": 1.0, "max": 10.0},
+        ),
+        (
+            "a=tag(log_uniform,interval(-5,0))",
+            {"distribution": "log_uniform", "min": -5.0, "max": 0.0},
+        ),
+    ],
+)
+def test_hydra_sweep_syntax_becomes_wandb_spec(override, spec):
+    fixed, swept = split_overrides([override])
+    assert fixed == []
+    assert swept == {override.split("=")[0]: spec}
+
+
+@pytest.mark.parametrize("override", ["a=tag(q_uniform,interval(0,1))", "a=tag(foo,interval(0,1))"])
+def test_tags_that_need_more_than_min_max_are_refused(override):
+    with pytest.raises(TranslationError, match="tag"):
+        split_overrides([override])
+
+
+def test_plain_overrides_are_fixed_for_every_trial_and_sweeper_keys_dropped():
+    fixed, swept = split_overrides(
+        ["a=1", "+b=x", "++c.d=2", "~e", "sweep=lr_random", "hydra.sweeper.dry_run=true"]
+    )
+    assert fixed == ["a=1", "+b=x", "++c.d=2", "~e", "sweep=lr_random"]
+    assert swept == {}
+
+
+def test_nested_parameters_are_flattened_to_dotted_keys():
+    nested = {
+        "optimizer": {
+            "parameters": {"lr": {"values": [0.1]}, "x": {"parameters": {"y": {"value": 1}}}}
+        },
+        "model": {"values": ["a"]},
+    }
+    assert flatten_parameters(nested) == {
+        "optimizer.lr": {"values": [0.1]},
+        "optimizer.x.y": {"value": 1},
+        "model": {"values": ["a"]},
+    }
+
+
+ALL_FORMS = {
+    "p.value": {"value": 3},
+    "p.values": {"values": [1, 2]},
+    "p.probs": {"values": [1, 2], "probabilities": [0.3, 0.7]},
+    "p.int": {"min": 1, "max": 4},
+    "p.float": {"min": 0.1, "max": 0.4},
+    **{
+        f"d.{name}": {"distribution": name, **args}
+        for name, args in {
+            "constant": {"value": 1},
+            "categorical": {"values": [1, 2]},
+            "categorical_w_probabilities": {"values": [1, 2], "probabilities": [0.5, 0.5]},
+            "int_uniform": {"min": 1, "max": 5},
+            "uniform": {"min": 0.0, "max": 1.0},
+            "q_uniform": {"min": 0.0, "max": 1.0, "q": 0.25},
+            "log_uniform": {"min": -5.0, "max": 0.0},
+            "log_uniform_values": {"min": 1e-5, "max": 1.0},
+            "q_log_uniform": {"min": 0.0, "max": 3.0, "q": 1.0},
+            "q_log_uniform_values": {"min": 1.0, "max": 100.0, "q": 1.0},
+            "inv_log_uniform": {"min": -3.0, "max": 0.0},
+            "inv_log_uniform_values": {"min": 1.0, "max": 10.0},
+            "normal": {"mu": 0.0, "sigma": 1.0},
+            "q_normal": {"mu": 0.0, "sigma": 1.0, "q": 0.5},
+            "log_normal": {"mu": 0.0, "sigma": 1.0},
+            "q_log_normal": {"mu": 0.0, "sigma": 1.0, "q": 0.5},
+            "beta": {"a": 2.0, "b": 3.0},
+            "q_beta": {"a": 2.0, "b": 3.0, "q": 0.1},
+        }.items()
+    },
+}
+
+
+def test_every_wandb_parameter_form_passes_through_and_is_schema_valid():
+    from trainer.sweep.validate import schema_problems
+
+    config = build_sweep_config({"method": "random", "parameters": ALL_FORMS}, [])
+    assert config["parameters"] == ALL_FORMS
+    assert schema_problems(config) == []
+
+
+def test_command_line_wins_and_builds_the_command():
+    sweeper = {
+        "method": "grid",
+        "metric": {"name": "val/acc", "goal": "maximize"},
+        "run_cap": None,
+        "parameters": {"optimizer.lr": {"values": [0.1]}, "model": {"values": ["a", "b"]}},
+    }
+    config = build_sweep_config(sweeper, ["optimizer.lr=0.2,0.3", "model=small_cnn", "x=1"])
+    assert config["parameters"] == {"optimizer.lr": {"values": [0.2, 0.3]}}
+    assert config["command"] == trial_command(["model=small_cnn", "x=1"])
+    assert config["command"][:5] == [
+        "${env}",
+        "${interpreter}",
+        "-m",
+        "trainer",
+        "${args_no_hyphens}",
+    ]
+    assert "run_cap" not in config
+    assert run_count(config) == 2
+
+
+@pytest.mark.parametrize(
+    ("config", "count"),
+    [
+        (
+            {
+                "method": "grid",
+                "parameters": {
+                    "a": {"values": [1, 2, 3]},
+                    "b": {"min": 1, "max": 4, "distribution": "int_uniform"},
+                },
+            },
+            12,
+        ),
+        ({"method": "grid", "run_cap": 5, "parameters": {"a": {"values": [1, 2, 3, 4, 5, 6]}}}, 5),
+        ({"method": "random", "run_cap": 7, "parameters": {}}, 7),
+        ({"method": "bayes", "parameters": {}}, "unbounded"),
+    ],
+)
+def test_run_count(config, count):
+    assert run_count(config) == count
+
+
+VALUES = {
+    "f.small": 1e-05,
+    "f.plain": 0.1,
+    "i": 3,
+    "b.true": True,
+    "b.false": False,
+    "n": None,
+    "s.space": "a b",
+    "s.comma": "a,b",
+    "s.eq": "x=y",
+    "s.quote": 'it\'s "so"',
+    "s.null": "null",
+    "s.num": "1e-5",
+    "s.bool": "true",
+    "s.backslash": "a\\b\\",
+    "l": [1, "a,b", None, 2.5],
+    "l.nested": [[1, 2], ["x"]],
+}
+
+
+def _agent_argv(command: list[str], params: dict) -> list[str]:
+    """What W&B's agent runs for `command` with `params` (its own macro expansion)."""
+    args = create_sweep_command_args({"args": {k: {"value": v} for k, v in params.items()}})
+    expanded = []
+    for chunk in create_sweep_command(list(command)):
+        if chunk == "${args_no_hyphens}":
+            expanded += args["args_no_hyphens"]
+        else:
+            expanded.append(chunk)
+    return expanded
+
+
+@pytest.mark.parametrize("key", list(VALUES))
+def test_every_value_survives_agent_argv_hydra(key):
+    value = VALUES[key]
+    argv = _agent_argv(trial_command([]), {key: value})
+    assert argv[:3] == ["/usr/bin/env", "python", "-m"] or argv[2] == "-m"
+    repaired = repair_argv(argv[4:], {key: value})
+    parsed = OverridesParser.create().parse_overrides(repaired)
+    got = {o.key_or_group: o.value() for o in parsed if not o.is_sweep_override()}
+    assert all(not o.is_sweep_override() for o in parsed)
+    assert got[key] == value
+    assert type(got[key]) is type(value)
+
+
+def test_repair_reads_the_agents_param_yaml(tmp_path, monkeypatch):
+    import yaml
+
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump({"s": {"value": "a,b"}, "n": {"value": None}}))
+    monkeypatch.setenv("WANDB_SWEEP_PARAM_PATH", str(path))
+    argv = ["prog", "s=a,b", "n=None", "other=1"]
+    assert repair_sys_argv(argv) == ["prog", "s='a,b'", "n=null", "other=1"]
+    monkeypatch.delenv("WANDB_SWEEP_PARAM_PATH")
+    assert repair_sys_argv(argv) == argv
+    assert os.environ.get("WANDB_SWEEP_PARAM_PATH") is None
+
+
+def test_hydra_value_is_plain_for_plain_values():
+    assert [hydra_value(v) for v in (1e-05, 3, True, None, [1, 2])] == [
+        "1e-05",
+        "3",
+        "true",
+        "null",
+        "[1,2]",
+    ]
+
+
+def test_repaired_values_reach_the_composed_config():
+    from omegaconf import OmegaConf
+
+    from tests.conftest import make_cfg
+
+    params = {f"extra.{k.replace('.', '_')}": v for k, v in VALUES.items()}
+    argv = _agent_argv(trial_command([]), params)[4:-1]
+    cfg = make_cfg(*("+" + arg for arg in repair_argv(argv, params)))
+    got = OmegaConf.to_container(cfg.extra)
+    assert {f"extra.{k}": v for k, v in got.items()} == params

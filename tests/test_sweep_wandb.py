@@ -1,0 +1,200 @@
+"""The W&B server path, tested at its contract (these machines cannot reach W&B): the config
+`wandb.sweep` receives, a trial launched exactly as `wandb agent` launches it, the SIGTERM of a
+stop command, and the error without credentials or network."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+from wandb.sdk.launch.sweeps import utils as sweep_utils
+from wandb.sdk.lib import config_util
+
+from tests.conftest import ROOT, make_cfg
+from tests.wandb_records import records, run_config
+from trainer.sweep import wandb_server
+from trainer.sweep.translate import build_sweep_config
+from trainer.sweep.validate import schema_problems
+
+SWEEP_ID = "abc12345"
+PARAMS = {
+    "optimizer.lr": 1e-05,
+    "optimizer.nesterov": True,
+    "trainer.max_steps": 3,
+    "trainer.grad_clip": None,
+    "data.root": "a, b=c 'q'",  # unused by the digits data set: a string that must arrive exactly
+    "model": "small_cnn",
+}
+
+
+@pytest.fixture
+def local_server(monkeypatch):
+    """A listening socket standing in for the W&B host (the probe only connects), and a key."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{server.getsockname()[1]}")
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    yield
+    server.close()
+
+
+def test_config_handed_to_wandb_sweep_is_valid_and_is_sweep_yaml(
+    local_server, monkeypatch, tmp_path
+):
+    import wandb
+
+    calls = []
+
+    def fake_sweep(config, project=None, entity=None):
+        calls.append((config, project, entity))
+        return SWEEP_ID
+
+    monkeypatch.setattr(wandb, "sweep", fake_sweep)
+    cfg = make_cfg("sweep=lr_bayes")
+    config = build_sweep_config(
+        OmegaConf.to_container(cfg.hydra.sweeper), ["sweep=lr_bayes", "x=1"]
+    )
+    result = wandb_server.run_server_sweep(
+        config, project="proj", entity="team", sweep_id=None, agents=0, count=None, root=tmp_path
+    )
+    ((handed, project, entity),) = calls
+    assert (project, entity) == ("proj", "team")
+    assert schema_problems(handed) == []
+    assert yaml.safe_load((tmp_path / "sweeps" / SWEEP_ID / "sweep.yaml").read_text()) == handed
+    assert result["path"] == f"team/proj/{SWEEP_ID}"
+
+
+def test_agent_command_mirrors_wandb_agent():
+    assert wandb_server.agent_command("e/p/s", 3)[-4:] == ["agent", "--count", "3", "e/p/s"]
+    assert wandb_server.agent_command("e/p/s", None)[-2:] == ["agent", "e/p/s"]
+
+
+def _as_wandb_agent(tmp_path: Path, command: list[str], params: dict, run_id: str):
+    """argv and env exactly as `wandb agent` builds them (wandb_agent.Agent._command_run)."""
+    args = {k: {"value": v} for k, v in params.items()}
+    param_path = tmp_path / "wandb" / f"sweep-{SWEEP_ID}" / f"config-{run_id}.yaml"
+    config_util.save_config_file_from_dict(str(param_path), args)
+    sweep_vars = sweep_utils.create_sweep_command_args({"args": args})
+    sweep_vars.update(interpreter=["python"], program=[None], env=["/usr/bin/env"])
+    argv = []
+    for chunk in sweep_utils.create_sweep_command(list(command)):
+        chunk = str(chunk)
+        if chunk.startswith("${") and chunk.endswith("}"):
+            argv += sweep_vars.get(chunk[2:-1]) or []
+        else:
+            argv.append(chunk)
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
+        "WANDB_SWEEP_ID": SWEEP_ID,
+        "WANDB_RUN_ID": run_id,
+        "WANDB_SWEEP_PARAM_PATH": str(param_path),
+        "WANDB_DIR": str(tmp_path / "wandb"),
+        "WANDB_MODE": "offline",
+    }
+    return argv, env
+
+
+def _command(*fixed: str) -> list[str]:
+    return build_sweep_config({"method": "random", "parameters": {}}, list(fixed))["command"]
+
+
+def test_a_trial_launched_like_wandb_agent_trains_with_the_suggested_values(tmp_path):
+    command = _command("compile=off", "logger=wandb", "trainer.max_epochs=1")
+    argv, env = _as_wandb_agent(tmp_path, command, PARAMS, "run00001")
+    result = subprocess.run(
+        argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (hydra_cfg,) = (tmp_path / "outputs" / "runs").glob("*/*/.hydra/config.yaml")
+    cfg = OmegaConf.load(hydra_cfg)
+    assert cfg.optimizer.lr == 1e-05 and isinstance(cfg.optimizer.lr, float)
+    assert cfg.optimizer.nesterov is True
+    assert cfg.trainer.max_steps == 3 and cfg.trainer.grad_clip is None
+    assert cfg.data.root == PARAMS["data.root"]
+    assert cfg.model.name == "small_cnn"
+    (wandb_file,) = (tmp_path / "wandb").rglob("run-run00001.wandb")
+    logged = run_config(wandb_file)
+    for key, value in PARAMS.items():
+        assert logged[key] == value, key
+    (run,) = [r.run for r in records(wandb_file) if r.WhichOneof("record_type") == "run"]
+    assert run.run_group == SWEEP_ID
+
+
+def test_sigterm_of_a_stop_command_ends_the_trial_cleanly(tmp_path):
+    command = _command("compile=off", "logger=none", "trainer.max_epochs=500")
+    argv, env = _as_wandb_agent(tmp_path, command, {"optimizer.lr": 0.01}, "run00002")
+    child = subprocess.Popen(
+        argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    output: list[str] = []
+    reader = threading.Thread(target=lambda: output.extend(child.stdout), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 240
+    while not list((tmp_path / "outputs" / "runs").glob("*/*/metrics.jsonl")):
+        assert child.poll() is None and time.monotonic() < deadline, "".join(output)[-3000:]
+        time.sleep(0.2)
+    child.send_signal(signal.SIGTERM)  # what wandb agent's proc.terminate() sends
+    assert child.wait(timeout=120) == 128 + signal.SIGTERM, "".join(output)[-3000:]
+    assert list((tmp_path / "outputs" / "runs").glob("*/*/checkpoints/last.pt"))
+
+
+def test_no_credentials_is_a_clear_error_within_seconds(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    started = time.monotonic()
+    with pytest.raises(wandb_server.ServerUnavailable, match="wandb login"):
+        wandb_server.preflight("https://api.wandb.ai")
+    assert time.monotonic() - started < 5
+
+
+def test_unreachable_server_is_a_clear_error_within_seconds(monkeypatch):
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()  # nothing listens there now
+    with pytest.raises(wandb_server.ServerUnavailable, match="cannot reach"):
+        wandb_server.preflight(f"http://127.0.0.1:{port}")
+
+
+def test_agents_are_wandb_agent_processes_logging_online(
+    local_server, monkeypatch, tmp_path, capsys
+):
+    import wandb
+
+    started = []
+
+    class Process:
+        def __init__(self, argv, env):
+            started.append((argv, env))
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(wandb, "sweep", lambda config, project=None, entity=None: SWEEP_ID)
+    monkeypatch.setattr(wandb_server.subprocess, "Popen", Process)
+    config = build_sweep_config(
+        {"method": "random", "parameters": {"optimizer.lr": {"values": [0.1]}}}, []
+    )
+    result = wandb_server.run_server_sweep(
+        config, project="proj", entity="team", sweep_id=None, agents=2, count=3, root=tmp_path
+    )
+    assert f"wandb agent team/proj/{SWEEP_ID}" in capsys.readouterr().out
+    assert [argv[-4:] for argv, _ in started] == [
+        ["agent", "--count", "3", f"team/proj/{SWEEP_ID}"]
+    ] * 2
+    assert all(env["WANDB_MODE"] == "online" for _, env in started)
+    assert result["agent_exit_codes"] == [0, 0]
