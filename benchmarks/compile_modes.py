@@ -180,8 +180,11 @@ def chart(results: dict[str, dict[str, Measure]], path: Path, title: str) -> Non
             hatch="//",
             alpha=0.7,
         )
-        axes[0].set_xticks(range(len(names)), names, rotation=20, ha="right")
-        axes[1].set_xticks(range(len(compiled)), compiled, rotation=20, ha="right")
+        centre = width * (len(results) - 1) / 2
+        axes[0].set_xticks([j + centre for j in range(len(names))], names, rotation=20, ha="right")
+        axes[1].set_xticks(
+            [j + centre for j in range(len(compiled))], compiled, rotation=20, ha="right"
+        )
     axes[0].axhline(1.0, color="grey", linewidth=0.8)
     axes[0].set_ylabel("steady samples/s ÷ eager")
     axes[1].set_ylabel("compile time, s")
@@ -191,6 +194,19 @@ def chart(results: dict[str, dict[str, Measure]], path: Path, title: str) -> Non
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def write(results, args: argparse.Namespace, notes: list[str], device: torch.device) -> None:
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.out / f"compile_modes_{device.type}"
+    text = table(results, args, notes)
+    stem.with_suffix(".md").write_text(text)
+    doc = {model: {n: vars(m) for n, m in v.items()} for model, v in results.items()}
+    stem.with_suffix(".json").write_text(json.dumps(doc, indent=2))
+    title = f"torch.compile modes, {device.type}, batch {args.batch}"
+    chart(results, stem.with_suffix(".png"), title)
+    print(text)
+    print(f"wrote {stem}.md, .json and .png", flush=True)
 
 
 def main(argv: list[str] | None = None) -> dict[str, dict[str, Measure]]:
@@ -218,20 +234,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Measure]]:
                 mode = None if name == "eager" else name
                 measure(args, model_name, data, batches, mode, device, m)
         results[model_name] = variants
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"compile_modes_{device.type}"
-    text = table(results, args, notes)
-    stem.with_suffix(".md").write_text(text)
-    stem.with_suffix(".json").write_text(
-        json.dumps(
-            {model: {n: vars(m) for n, m in v.items()} for model, v in results.items()}, indent=2
-        )
-    )
-    chart(
-        results, stem.with_suffix(".png"), f"torch.compile modes, {device.type}, batch {args.batch}"
-    )
-    print(text)
-    print(f"wrote {stem}.md, .json and .png")
+        write(results, args, notes, device)  # after each model: a long run keeps what it measured
     return results
 
 
