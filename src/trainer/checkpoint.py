@@ -71,9 +71,12 @@ def load(path: str | Path, *, key: str = "trainer.resume") -> dict[str, Any]:
     """Read a checkpoint; a missing or unreadable file is a ConfigError naming `key`."""
     path = Path(path).expanduser()
     if not path.is_file():
+        auto = (
+            ", or use trainer.resume=auto inside a run directory" if key == "trainer.resume" else ""
+        )
         raise ConfigError(
             f"{key}={path} does not exist; give the path of a checkpoint (e.g. "
-            "<run dir>/checkpoints/last.pt), or use trainer.resume=auto inside a run directory."
+            f"<run dir>/checkpoints/last.pt){auto}."
         )
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=False)

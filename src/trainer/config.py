@@ -252,3 +252,21 @@ def _fields_of(group: str) -> list[str]:
         if not isinstance(node, DictConfig):
             return []
     return [str(k) for k in node]
+
+
+@dataclass
+class EvalConfig:
+    """The `eval` section of conf/evaluate.yaml (`python -m trainer.evaluate`)."""
+
+    warmup: int = 3  # forward passes after the first call, before timing
+    steps: int = 50  # timed forward passes, cycling over the validation batches
+    batch_size: int | None = None  # samples per pass (None: the data's evaluation batch size)
+    device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
+    precision: str = "32"  # 32 | bf16-mixed | 16-mixed
+
+    def __post_init__(self) -> None:
+        _check(self.warmup >= 0, f"eval.warmup={self.warmup} must be >= 0; set eval.warmup=3.")
+        _positive("eval.steps", self.steps)
+        _positive("eval.batch_size", self.batch_size)
+        _one_of("eval.precision", self.precision, PRECISIONS)
+        _one_of("eval.device", self.device.split(":")[0], DEVICES)

@@ -114,3 +114,30 @@ def print_summary(summary: dict[str, Any]) -> None:
     if paths.get("wandb_run_dir"):
         table.add_row("W&B run", str(paths["wandb_run_dir"]))
     Console(soft_wrap=True).print(table)
+
+
+def print_evaluation(report: dict[str, Any]) -> None:
+    """The table of `python -m trainer.evaluate`: latency, throughput and accuracy."""
+    table = Table(title="evaluation", show_header=False, title_justify="left")
+    table.add_column("what", style="bold")
+    table.add_column("value", overflow="fold")
+    comp = report["compile"]
+    compiled = "off" if not comp["enabled"] else f"{comp['backend']}, mode {comp['mode']}"
+    lat = report["latency_ms"]
+    rows = [
+        ("checkpoint", report["checkpoint"]),
+        ("model / data", f"{report['model']} / {report['data']}"),
+        ("device / precision", f"{report['device']} / {report['precision']}"),
+        ("compile", compiled),
+        ("batch size", report["batch_size"]),
+        ("first call", f"{_fmt(lat['first_call'])} ms"),
+        ("steady p50 / p95", f"{_fmt(lat['p50'])} / {_fmt(lat['p95'])} ms"),
+        ("throughput", f"{_fmt(report['samples_per_s'])} samples/s"),
+        ("val/acc", _fmt(report["val/acc"])),
+        ("val/loss", _fmt(report["val/loss"])),
+        ("graphs", comp.get("graphs", 0)),
+        ("report", report["paths"]["report"]),
+    ]
+    for name, value in rows:
+        table.add_row(name, str(value))
+    Console(soft_wrap=True).print(table)

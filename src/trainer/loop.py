@@ -188,6 +188,17 @@ def train_epoch(
     )
 
 
+def pad_batch(
+    x: torch.Tensor, y: torch.Tensor, batch_size: int
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Pad a smaller batch to `batch_size` (zero inputs, IGNORE targets); returns the padding."""
+    pad = batch_size - y.shape[0]
+    if pad > 0:
+        x = torch.cat([x, x.new_zeros((pad, *x.shape[1:]))])
+        y = torch.cat([y, y.new_full((pad,), IGNORE)])
+    return x, y, pad
+
+
 @dataclass
 class EvalResult:
     loss: float
@@ -220,10 +231,7 @@ def evaluate(
         if not times:
             sync(device)
         start = time.perf_counter()
-        pad = batch_size - y.shape[0]
-        if pad > 0:
-            x = torch.cat([x, x.new_zeros((pad, *x.shape[1:]))])
-            y = torch.cat([y, y.new_full((pad,), IGNORE)])
+        x, y, pad = pad_batch(x, y, batch_size)
         x = x.to(device, non_blocking=True)
         y = y.to(device, non_blocking=True)
         with autocast(device, dtype):

@@ -1,0 +1,162 @@
+"""`python -m trainer.evaluate checkpoint=<path>`: inference from a checkpoint. Loads it into a
+fresh model, compiles it per the `compile` group, warms up, then measures first-call latency,
+steady p50/p95 latency, throughput and validation accuracy; writes `evaluation.json`."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from trainer.__main__ import _conf_dir
+from trainer.config import ConfigError, EvalConfig, TrainConfig, TrainerConfig, validate
+
+
+def _eval_config(cfg: DictConfig) -> EvalConfig:
+    section = OmegaConf.to_container(cfg.get("eval") or {}, resolve=True)
+    try:
+        return EvalConfig(**section)  # type: ignore[arg-type]
+    except TypeError as err:
+        known = ", ".join(EvalConfig.__dataclass_fields__)
+        raise ConfigError(f"eval: {err}; the known keys of eval are {known}.") from None
+
+
+def _run_config(cfg: DictConfig, stored: dict[str, Any], ev: EvalConfig) -> TrainConfig:
+    """The training config stored in the checkpoint, with this command's compile group, device,
+    precision and (when given) data group in place of the stored ones."""
+    merged = OmegaConf.create(stored)
+    merged.compile = cfg.compile
+    merged.paths = cfg.paths
+    if cfg.get("data") is not None:
+        merged.data = cfg.data
+    if ev.batch_size is not None:
+        merged.data.eval_batch_size = ev.batch_size
+    merged.trainer.device = ev.device
+    merged.trainer.precision = ev.precision
+    return validate(merged)
+
+
+def evaluate_checkpoint(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, Any]:
+    """Evaluate `cfg.checkpoint` as `cfg` says; return (and write) the report."""
+    import torch
+
+    from trainer import checkpoint as ckpt
+    from trainer import compile as compiling
+    from trainer.console import print_evaluation
+    from trainer.data import build_data
+    from trainer.loop import autocast, evaluate, pad_batch, sync
+    from trainer.models import build_model, input_spec
+    from trainer.run import _run_dir, resolve_device, resolve_precision
+
+    if OmegaConf.is_missing(cfg, "checkpoint") or not cfg.checkpoint:
+        raise ConfigError(
+            "checkpoint must be set: python -m trainer.evaluate checkpoint=<run dir>/checkpoints/"
+            "last.pt (or best.pt)."
+        )
+    source = str(cfg.checkpoint)
+    ev = _eval_config(cfg)
+    state = ckpt.load(source, key="checkpoint")
+    if not isinstance(state.get("config"), dict) or "num_classes" not in state:
+        raise ConfigError(
+            f"checkpoint={source} holds no training config or class count; evaluate a "
+            "checkpoint written by python -m trainer (checkpoints/last.pt or best.pt)."
+        )
+    conf = _run_config(cfg, state["config"], ev)
+    out = _run_dir(run_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    device = resolve_device(TrainerConfig(device=ev.device))
+    dtype = resolve_precision(ev.precision, device)
+
+    compiling.reset()
+    channels, size = input_spec(conf.model)
+    data = build_data(
+        conf.data, channels=channels, size=size, seed=0, pin_memory=device.type == "cuda"
+    )
+    if data.num_classes != state["num_classes"]:
+        raise ConfigError(
+            f"data={conf.data.name} has {data.num_classes} classes but checkpoint={source} was "
+            f"trained on {state['num_classes']}; pick the data set it was trained on (or drop "
+            "the data= override to use the one stored in the checkpoint)."
+        )
+    in_ch, height, _ = data.sample_shape
+    model = build_model(
+        conf.model, num_classes=state["num_classes"], in_channels=in_ch, image_size=height
+    )
+    ckpt.load_model_state(model, state["model"], source=source, key="checkpoint")
+    model.to(device).eval()
+    compiling.apply_compile(model, compile_config=conf.compile)
+
+    batch_size = data.eval_batch_size
+    batches = []
+    for x, y in data.val:  # padded to one shape, so a compiled model compiles once
+        x, _, _ = pad_batch(x, y, batch_size)
+        batches.append(x.to(device))
+    feed = itertools.cycle(batches)
+
+    def forward() -> float:
+        x = next(feed)
+        sync(device)
+        start = time.perf_counter()
+        with torch.no_grad(), autocast(device, dtype):  # the graph loop.evaluate runs
+            model(x)
+        sync(device)
+        return time.perf_counter() - start
+
+    first_call = forward()  # pays for compilation
+    for _ in range(ev.warmup):
+        forward()
+    times = torch.tensor([forward() for _ in range(ev.steps)], dtype=torch.float64)
+    result = evaluate(model, data.val, device=device, dtype=dtype, batch_size=batch_size)
+
+    ms = times * 1000.0
+    report = {
+        "checkpoint": str(Path(source).expanduser().resolve()),
+        "model": conf.model.name,
+        "data": conf.data.name,
+        "device": str(device),
+        "precision": ev.precision,
+        "batch_size": batch_size,
+        "warmup": ev.warmup,
+        "steps": ev.steps,
+        "latency_ms": {
+            "first_call": first_call * 1000.0,
+            "p50": float(ms.quantile(0.5)),
+            "p95": float(ms.quantile(0.95)),
+            "mean": float(ms.mean()),
+            "min": float(ms.min()),
+        },
+        "samples_per_s": batch_size * ev.steps / float(times.sum()),
+        "val/acc": result.acc,
+        "val/loss": result.loss,
+        "val/samples": result.samples,
+        "compile": {
+            "enabled": not conf.compile.disable,
+            "backend": conf.compile.backend,
+            "mode": conf.compile.mode,
+            **compiling.compile_stats(),
+        },
+        "torch": torch.__version__,
+        "paths": {"run_dir": str(out), "report": str(out / "evaluation.json")},
+    }
+    (out / "evaluation.json").write_text(json.dumps(report, indent=2))
+    print_evaluation(report)
+    return report
+
+
+@hydra.main(version_base="1.3", config_path=_conf_dir(), config_name="evaluate")
+def main(cfg: DictConfig) -> None:
+    try:
+        evaluate_checkpoint(cfg)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
