@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -36,5 +37,14 @@ def main(cfg: DictConfig) -> float | None:
     return result["best"]
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """`main` after the torchrun ranks agreed on one run directory (a no-op otherwise)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        from trainer.distributed import agree_run_time
+
+        agree_run_time()
     main()
+
+
+if __name__ == "__main__":
+    cli()
