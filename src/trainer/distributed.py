@@ -113,6 +113,8 @@ def setup(cfg: TrainerConfig) -> Dist:
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
+    if rank != 0:  # only rank 0 prints progress; other ranks still report warnings
+        logging.getLogger().setLevel(logging.WARNING)
     if not dist.is_initialized():
         backend = "nccl" if use_cuda else "gloo"
         kwargs: dict[str, Any] = {"backend": backend, "timeout": _TIMEOUT}
@@ -126,8 +128,6 @@ def setup(cfg: TrainerConfig) -> Dist:
         atexit.register(teardown)
         log.info("process group: %s, rank %d of %d on %s", backend, rank, world, device)
     stop_group = dist.new_group(backend="gloo") if use_cuda else dist.group.WORLD
-    if rank != 0:  # only rank 0 prints progress; other ranks still report warnings
-        logging.getLogger().setLevel(logging.WARNING)
     return Dist(rank, world, local_rank, device, stop_group)
 
 
