@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -37,10 +38,15 @@ def main(cfg: DictConfig) -> float | None:
 
 
 def cli() -> None:
-    """The console entry: a sweep trial's argv gets its exact values, then Hydra runs."""
+    """The console entry: a sweep trial's argv gets its exact values, the torchrun ranks agree
+    on one run directory (both no-ops otherwise), then Hydra runs."""
     from trainer.sweep.trial_argv import repair_sys_argv
 
     sys.argv = repair_sys_argv(sys.argv)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        from trainer.distributed import agree_run_time
+
+        agree_run_time()
     main()
 
 

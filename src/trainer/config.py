@@ -19,6 +19,7 @@ DATASETS = ("digits", "fake", "cifar10", "mnist", "fashion_mnist", "imagefolder"
 OPTIMIZERS = ("sgd", "adamw")
 SCHEDULERS = ("none", "cosine", "step")
 LOGGER_MODES = ("offline", "online", "disabled")
+STRATEGIES = ("single", "ddp")
 
 
 class ConfigError(ValueError):
@@ -55,8 +56,8 @@ class DataConfig:
     name: str = "digits"  # digits | fake | cifar10 | mnist | fashion_mnist | imagefolder
     root: str | None = None  # folder of a torchvision or ImageFolder data set
     download: bool = False  # fetch a torchvision data set into root (needs network)
-    batch_size: int = 64  # samples per training step
-    eval_batch_size: int | None = None  # samples per evaluation step (None: batch_size)
+    batch_size: int = 64  # samples per optimizer step, over all ranks (ddp: divisible by them)
+    eval_batch_size: int | None = None  # samples per evaluation step, over all ranks
     num_workers: int = 0  # DataLoader worker processes
     val_fraction: float = 0.2  # share held out for validation where the set has no split
     split_seed: int = 0  # seed of the train/val split
@@ -155,6 +156,7 @@ class TrainerConfig:
     monitor: str = "val/acc"  # metric that selects best.pt
     monitor_mode: str = "max"  # max | min
     log_every_n_steps: int = 10  # steps between progress refreshes
+    strategy: str = "single"  # single | ddp (one process per device, launched by torchrun)
 
     def __post_init__(self) -> None:
         _positive("trainer.max_epochs", self.max_epochs)
@@ -163,6 +165,7 @@ class TrainerConfig:
         _positive("trainer.log_every_n_steps", self.log_every_n_steps)
         _one_of("trainer.precision", self.precision, PRECISIONS)
         _one_of("trainer.monitor_mode", self.monitor_mode, ("max", "min"))
+        _one_of("trainer.strategy", self.strategy, STRATEGIES)
         base = self.device.split(":")[0]
         _one_of("trainer.device", base, DEVICES)
         if ":" in self.device:

@@ -22,8 +22,8 @@ from rich.table import Table
 class ProgressView:
     """Epoch and step bars; does nothing when stdout is not a terminal (logs, CI, agents)."""
 
-    def __init__(self, total_epochs: int, first_epoch: int) -> None:
-        self.enabled = sys.stdout.isatty()
+    def __init__(self, total_epochs: int, first_epoch: int, *, enabled: bool = True) -> None:
+        self.enabled = enabled and sys.stdout.isatty()
         self._progress: Progress | None = None
         self._total_epochs = total_epochs
         self._first_epoch = first_epoch

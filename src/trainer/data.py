@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
 
 from trainer.config import ConfigError, DataConfig
 
@@ -36,14 +37,30 @@ class DataBundle:
     val: DataLoader
     num_classes: int
     sample_shape: tuple[int, int, int]  # C, H, W of one model input
-    train_batch_size: int
-    eval_batch_size: int
+    train_batch_size: int  # samples per optimizer step over all ranks
+    eval_batch_size: int  # samples per evaluation batch of this rank (the padded shape)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Shuffle for `epoch`: the order depends only on (seed, epoch), never on the ranks."""
+        self.train.sampler.set_epoch(epoch)  # type: ignore[union-attr]
 
 
 def build_data(
-    cfg: DataConfig, *, channels: int | None, size: int | None, seed: int, pin_memory: bool
+    cfg: DataConfig,
+    *,
+    channels: int | None,
+    size: int | None,
+    seed: int,
+    pin_memory: bool,
+    rank: int = 0,
+    world_size: int = 1,
 ) -> DataBundle:
-    """Build train/val loaders whose samples have `channels` and `size` (None: native)."""
+    """Build train/val loaders whose samples have `channels` and `size` (None: native).
+
+    With several ranks, global training batch k holds the same samples as in a one-rank run
+    (rank r takes every world_size-th of them), and the validation set is split so that each
+    sample is evaluated by exactly one rank.
+    """
     if cfg.name in ("digits", "fake"):
         train_set, val_set, num_classes = _in_memory(cfg, channels, size)
     elif cfg.name in _TORCHVISION:
@@ -60,19 +77,32 @@ def build_data(
     # Full batches only: a smaller last batch would make Dynamo compile a second graph.
     # When the whole set is smaller than one batch, use it as the batch instead.
     train_bs = min(cfg.batch_size, len(train_set))
-    generator = torch.Generator().manual_seed(seed)
+    for key, value in (("data.batch_size", train_bs), ("data.eval_batch_size", eval_bs)):
+        if value % world_size:
+            raise ConfigError(
+                f"{key}={value} is the batch over all {world_size} ranks and must be divisible "
+                f"by their number; set {key} to a multiple of {world_size}."
+            )
     workers = {"num_workers": cfg.num_workers, "persistent_workers": cfg.num_workers > 0}
+    # Shuffled with seed + epoch (see DataBundle.set_epoch); one rank reads the whole order.
+    sampler = DistributedSampler(
+        train_set, world_size, rank, shuffle=True, seed=seed * 1_000_003, drop_last=True
+    )
     train = DataLoader(
         train_set,
-        batch_size=train_bs,
-        shuffle=True,
+        batch_size=train_bs // world_size,
+        sampler=sampler,
         drop_last=True,
-        generator=generator,
         pin_memory=pin_memory,
         **workers,
     )
-    val = DataLoader(val_set, batch_size=eval_bs, shuffle=False, pin_memory=pin_memory, **workers)
-    return DataBundle(train, val, num_classes, sample_shape, train_bs, eval_bs)  # type: ignore[arg-type]
+    if world_size > 1:
+        val_set = Subset(val_set, range(rank, len(val_set), world_size))
+    rank_eval_bs = eval_bs // world_size
+    val = DataLoader(
+        val_set, batch_size=rank_eval_bs, shuffle=False, pin_memory=pin_memory, **workers
+    )
+    return DataBundle(train, val, num_classes, sample_shape, train_bs, rank_eval_bs)  # type: ignore[arg-type]
 
 
 def _adapt(x: torch.Tensor, channels: int | None, size: int | None) -> torch.Tensor:

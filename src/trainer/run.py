@@ -19,12 +19,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from trainer import checkpoint as ckpt
 from trainer import compile as compiling
+from trainer import distributed
 from trainer.config import ConfigError, TrainConfig, TrainerConfig, validate
 from trainer.console import ProgressView, print_summary
 from trainer.data import build_data
 from trainer.loop import GracefulStop, Progress, evaluate, sync, train_epoch
 from trainer.models import build_model, check_name, input_spec
-from trainer.tracking import flatten, start_tracker
+from trainer.tracking import Tracker, flatten, start_tracker
 
 log = logging.getLogger(__name__)
 
@@ -153,11 +154,12 @@ def _resume_path(cfg: TrainerConfig, run_dir: Path) -> Path | None:
 def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, float]:
     """Train and evaluate as `cfg` says; return the last epoch's metrics plus `best`."""
     conf = validate(cfg)
-    out = _run_dir(run_dir)
-    out.mkdir(parents=True, exist_ok=True)
     t = conf.trainer
+    ctx = distributed.setup(t)  # trainer.strategy=ddp: this rank of torchrun's process group
+    out = distributed.agree_run_dir(ctx, _run_dir(run_dir))
+    out.mkdir(parents=True, exist_ok=True)
     check_name(conf.model.name)
-    device = resolve_device(t)
+    device = ctx.device or resolve_device(t)
     dtype = resolve_precision(t.precision, device)
     resolved = OmegaConf.to_container(OmegaConf.structured(conf), resolve=True)
     flat_config = flatten(resolved)  # type: ignore[arg-type]
@@ -166,7 +168,13 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
     seed_everything(t.seed)
     channels, size = input_spec(conf.model)
     data = build_data(
-        conf.data, channels=channels, size=size, seed=t.seed, pin_memory=device.type == "cuda"
+        conf.data,
+        channels=channels,
+        size=size,
+        seed=t.seed,
+        pin_memory=device.type == "cuda",
+        rank=ctx.rank,
+        world_size=ctx.world_size,
     )
     in_ch, height, _ = data.sample_shape
     model = build_model(
@@ -187,14 +195,19 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
                 obj.load_state_dict(state[name])
         if "progress" in state:
             progress = Progress(**state["progress"])
+            if not ctx.is_main:  # the saved partial sums are global; rank 0 carries them
+                progress.partial = {}
         if "rng" in state:
             ckpt.set_rng_state(state["rng"])
         log.info("resumed from %s at epoch %d, step %d", resume_from, progress.epoch, progress.step)
 
     compiling.apply_compile(model, compile_config=conf.compile)
+    train_model = distributed.wrap(model, ctx)  # compiled in place, then wrapped
 
-    tracker = start_tracker(
-        conf.logger, run_dir=out, flat_config=flat_config, choices=_choices(cfg)
+    tracker = (
+        start_tracker(conf.logger, run_dir=out, flat_config=flat_config, choices=_choices(cfg))
+        if ctx.is_main
+        else Tracker(None)
     )
     paths = {
         "run_dir": str(out),
@@ -216,6 +229,8 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
     sign = 1.0 if t.monitor_mode == "max" else -1.0
 
     def save(name: str) -> None:
+        if not ctx.is_main:
+            return
         ckpt.save(
             out / "checkpoints" / name,
             {
@@ -258,22 +273,29 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
                 **compiling.compile_stats(),
             },
             "device": str(device),
+            "strategy": t.strategy,
+            "world_size": ctx.world_size,
             "precision": t.precision,
             "torch": torch.__version__,
             "paths": paths,
             "config": resolved,
         }
-        (out / "summary.json").write_text(json.dumps(doc, indent=2, default=str))
+        if ctx.is_main:
+            (out / "summary.json").write_text(json.dumps(doc, indent=2, default=str))
         return doc
 
     try:
-        with GracefulStop() as stop, ProgressView(t.max_epochs, progress.epoch) as view:
+        with (
+            GracefulStop() as signals,
+            ProgressView(t.max_epochs, progress.epoch, enabled=ctx.is_main) as view,
+        ):
+            stop = distributed.AgreedStop(signals, ctx)  # all ranks stop after the same step
             while progress.epoch < t.max_epochs and not stop.requested:
                 if t.max_steps is not None and progress.step >= t.max_steps:
                     break
                 epoch = progress.epoch
                 # Data order depends only on (seed, epoch): a resumed epoch replays the same order.
-                data.train.generator.manual_seed(t.seed * 1_000_003 + epoch)  # type: ignore[union-attr]
+                data.set_epoch(epoch)
                 view.start_epoch(epoch, len(data.train), progress.batches_done)
 
                 def show(n: int, loss: torch.Tensor) -> None:
@@ -281,7 +303,7 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
                         view.step(progress.batches_done, loss.detach().item())
 
                 result = train_epoch(
-                    model,
+                    train_model,
                     data.train,
                     optimizer,
                     scaler,
@@ -296,13 +318,19 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
                 )
                 if result is None:
                     break
+                means, _ = distributed.reduce_mean(
+                    ctx, {"loss": result.loss, "acc": result.acc}, result.samples, device
+                )
                 if result.first_step_s is not None:
                     timing["first_step_s"] = result.first_step_s
                 steady = result.steady_s / result.steady_steps if result.steady_steps else None
                 if steady is not None and timing["steady_step_s"] is None:
                     timing["steady_step_s"] = steady
-                ev = evaluate(
+                ev = evaluate(  # the inner module: ranks see different numbers of val batches
                     model, data.val, device=device, dtype=dtype, batch_size=data.eval_batch_size
+                )
+                val, _ = distributed.reduce_mean(
+                    ctx, {"loss": ev.loss, "acc": ev.acc}, ev.samples, device
                 )
                 if timing["eval_first_s"] is None:
                     timing["eval_first_s"], timing["eval_steady_s"] = (
@@ -316,10 +344,10 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
                 step_s = steady if steady is not None else (timing["steady_step_s"] or 0.0)
                 metrics = {
                     "epoch": epoch + 1,
-                    "train/loss": result.loss,
-                    "train/acc": result.acc,
-                    "val/loss": ev.loss,
-                    "val/acc": ev.acc,
+                    "train/loss": means["loss"],
+                    "train/acc": means["acc"],
+                    "val/loss": val["loss"],
+                    "val/acc": val["acc"],
                     "train/lr": optimizer.param_groups[0]["lr"],
                     "perf/compile_s": compile_s,
                     "perf/step_ms": step_s * 1000.0,
@@ -338,8 +366,9 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
                 save("last.pt")
                 if improved:
                     save("best.pt")
-                with open(out / "metrics.jsonl", "a") as handle:
-                    handle.write(json.dumps(metrics) + "\n")
+                if ctx.is_main:
+                    with open(out / "metrics.jsonl", "a") as handle:
+                        handle.write(json.dumps(metrics) + "\n")
                 tracker.log(metrics)
                 view.end_epoch(metrics)
                 log.info(
@@ -347,14 +376,20 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
                     "%.0f samples/s",
                     epoch + 1,
                     t.max_epochs,
-                    result.loss,
-                    result.acc,
-                    ev.loss,
-                    ev.acc,
+                    metrics["train/loss"],
+                    metrics["train/acc"],
+                    metrics["val/loss"],
+                    metrics["val/acc"],
                     metrics["perf/samples_per_s"],
                 )
             if stop.requested:
                 sync(device)
+                # This epoch's running sums, over all ranks (every rank takes part).
+                names = ("loss", "correct", "count")
+                sums = distributed.reduce_sums(
+                    ctx, [progress.partial.get(k, 0.0) for k in names], device
+                )
+                progress.partial = dict(zip(names, sums, strict=True)) if sums[2] else {}
                 save("last.pt")
                 doc = summary("interrupted")
                 tracker.summary({"status": "interrupted"})
@@ -374,5 +409,6 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
     except BaseException:
         tracker.finish(exit_code=1)
         raise
-    print_summary(doc)
+    if ctx.is_main:
+        print_summary(doc)
     return {**{k: v for k, v in doc["metrics"].items()}, "best": progress.best}
