@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from trainer import checkpoint as ckpt
 from trainer import compile as compiling
+from trainer import compile_auto
 from trainer.config import ConfigError, TrainConfig, TrainerConfig, validate
 from trainer.console import ProgressView, print_summary
 from trainer.data import build_data
@@ -162,6 +163,7 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
     resolved = OmegaConf.to_container(OmegaConf.structured(conf), resolve=True)
     flat_config = flatten(resolved)  # type: ignore[arg-type]
 
+    compiling.configure_cache(conf.compile)  # before anything compiles
     compiling.reset()
     seed_everything(t.seed)
     channels, size = input_spec(conf.model)
@@ -191,7 +193,24 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
             ckpt.set_rng_state(state["rng"])
         log.info("resumed from %s at epoch %d, step %d", resume_from, progress.epoch, progress.step)
 
-    compiling.apply_compile(model, compile_config=conf.compile)
+    auto = None
+    if conf.compile.auto and not conf.compile.disable:
+        planned = max(t.max_epochs * len(data.train) - progress.step, 0)
+        if t.max_steps is not None:
+            planned = min(planned, max(t.max_steps - progress.step, 0))
+        auto = compile_auto.decide(
+            model,
+            lambda m: build_optimizer(conf, m),
+            data.train,
+            cfg=conf.compile,
+            device=device,
+            planned_steps=planned,
+        )
+    compiled = not conf.compile.disable and (auto is None or auto["decision"] == "compile")
+    if compiled:
+        example = next(iter(data.train))[0].to(device)
+        compiling.apply_compile(model, compile_config=conf.compile, device=device, example=example)
+        compiling.maybe_compile_optimizer(optimizer, conf.compile)
 
     tracker = start_tracker(
         conf.logger, run_dir=out, flat_config=flat_config, choices=_choices(cfg)
@@ -252,9 +271,10 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
                 "wall_s": time.perf_counter() - started,
             },
             "compile": {
-                "enabled": not conf.compile.disable,
                 **asdict(conf.compile),
+                "enabled": compiled,
                 **compiling.compile_stats(),
+                "auto": auto,
             },
             "device": str(device),
             "precision": t.precision,
@@ -319,7 +339,7 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
                     "train/acc": result.acc,
                     "val/loss": ev.loss,
                     "val/acc": ev.acc,
-                    "train/lr": optimizer.param_groups[0]["lr"],
+                    "train/lr": float(optimizer.param_groups[0]["lr"]),
                     "perf/compile_s": compile_s,
                     "perf/step_ms": step_s * 1000.0,
                     "perf/samples_per_s": data.train_batch_size / step_s if step_s else 0.0,
@@ -367,11 +387,16 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
                 )
         doc = summary("finished")
         tracker.summary(
-            {f"best/{t.monitor}": progress.best, "perf/compile_s": doc["perf"]["compile_s"]}
+            {
+                f"best/{t.monitor}": progress.best,
+                "perf/compile_s": doc["perf"]["compile_s"],
+                **flatten({"compile": {k: v for k, v in doc["compile"].items() if v is not None}}),
+            }
         )
         tracker.finish()
-    except BaseException:
+    except BaseException as err:
         tracker.finish(exit_code=1)
+        compiling.raise_if_limit_error(err)
         raise
     print_summary(doc)
     return {**{k: v for k, v in doc["metrics"].items()}, "best": progress.best}
