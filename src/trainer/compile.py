@@ -231,7 +231,19 @@ def maybe_compile_optimizer(optimizer: torch.optim.Optimizer, cfg: CompileConfig
         if not isinstance(group["lr"], torch.Tensor):
             group["lr"] = torch.tensor(float(group["lr"]))
     kwargs = {k: v for k, v in _kwargs(cfg).items() if k != "fullgraph"}
-    optimizer.step = torch.compile(optimizer.step, **kwargs)  # type: ignore[method-assign]
+    eager_step = optimizer.step
+    compiled_step = torch.compile(eager_step, **kwargs)
+    calls = [0]
+
+    def step(*args: Any, **kw: Any) -> Any:
+        # The first step creates the state (momentum, moments) eagerly: compiling it would
+        # guard on the empty state and recompile on the second step.
+        calls[0] += 1
+        return (eager_step if calls[0] == 1 else compiled_step)(*args, **kw)
+
+    if hasattr(eager_step, "_wrapped_by_lr_sched"):  # keep the scheduler's order check quiet
+        step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
+    optimizer.step = step  # type: ignore[method-assign]
     return True
 
 
