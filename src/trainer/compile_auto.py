@@ -49,6 +49,17 @@ def _train_step(
     return step
 
 
+@torch.no_grad()
+def _eval_compile_s(
+    eager: nn.Module, compiled: nn.Module, x: torch.Tensor, device: torch.device
+) -> float:
+    """What compiling the evaluation graph costs: first compiled eval call minus an eager one."""
+    eager.eval(), compiled.eval()
+    timed_steps(lambda: eager(x), 1, device)  # warm-up
+    plain = min(timed_steps(lambda: eager(x), 2, device))
+    return max(timed_steps(lambda: compiled(x), 1, device)[0] - plain, 0.0)
+
+
 def decide(
     model: nn.Module,
     make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
@@ -65,18 +76,25 @@ def decide(
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         eager = copy.deepcopy(model).train()
         eager_step = _train_step(eager, make_optimizer(eager), batches, device)
-        eager_s = timed_steps(eager_step, n + 1, device)[1:]
         compiled = copy.deepcopy(model).train()
         optimizer = make_optimizer(compiled)
         stats_before = compiling.compile_stats()
         compiling.apply_compile(compiled, compile_config=cfg, device=device)
         compiling.maybe_compile_optimizer(optimizer, cfg)
-        compiled_s = timed_steps(_train_step(compiled, optimizer, batches, device), n + 1, device)
+        compiled_step = _train_step(compiled, optimizer, batches, device)
+        timed_steps(eager_step, 1, device)  # warm-up
+        first = timed_steps(compiled_step, 2, device)  # compiles (a compiled optimizer: twice)
+        # Alternate the two so that a busy machine slows both alike; the fastest step of each
+        # is the least disturbed estimate.
+        eager_s, compiled_s = [], []
+        for _ in range(n):
+            eager_s += timed_steps(eager_step, 1, device)
+            compiled_s += timed_steps(compiled_step, 1, device)
+        eval_compile_s = _eval_compile_s(eager, compiled, batches[0][0].to(device), device)
         stats = compiling.compile_stats()
     compiling.reset()
-    eager_step_s = sorted(eager_s)[len(eager_s) // 2]
-    compiled_step_s = sorted(compiled_s[1:])[len(compiled_s[1:]) // 2]
-    compile_cost_s = max(compiled_s[0] - compiled_step_s, 0.0)
+    eager_step_s, compiled_step_s = min(eager_s), min(compiled_s)
+    compile_cost_s = max(sum(first) - 2 * compiled_step_s, 0.0) + eval_compile_s
     eager_total = planned_steps * eager_step_s
     compiled_total = compile_cost_s + planned_steps * compiled_step_s
     hits = sum(v - stats_before.get(k, 0) for k, v in stats.items() if "cache_hit" in k)
