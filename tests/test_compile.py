@@ -245,3 +245,22 @@ def test_recompile_limit_is_loud_and_can_be_an_error(monkeypatch, caplog):
         except Exception as err:
             compiling.raise_if_limit_error(err)
             raise
+
+
+def test_tracker_summary_is_flat_and_keeps_the_auto_figures():
+    section = {
+        "enabled": False,
+        "graphs": 0,
+        "options": None,
+        "graph_break_reasons": {"print": 2},
+        "recompile_reasons": [],
+        "auto": {"decision": "eager", "eager_total_s": 1.0},
+    }
+    assert compiling.summary_for_tracker(section) == {
+        "compile/enabled": False,
+        "compile/graphs": 0,
+        "compile/graph_break_reasons": ["2x print"],
+        "compile/recompile_reasons": [],
+        "compile/auto/decision": "eager",
+        "compile/auto/eager_total_s": 1.0,
+    }

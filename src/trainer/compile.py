@@ -341,6 +341,19 @@ def compile_stats() -> dict[str, Any]:
     }
 
 
+def summary_for_tracker(section: dict[str, Any]) -> dict[str, Any]:
+    """The summary's `compile` section as flat W&B summary keys (`compile/graphs`, ...)."""
+    flat: dict[str, Any] = {}
+    for key, value in section.items():
+        if key == "auto" and isinstance(value, dict):
+            flat.update({f"compile/auto/{k}": v for k, v in value.items()})
+        elif key == "graph_break_reasons":
+            flat["compile/graph_break_reasons"] = [f"{n}x {r}" for r, n in value.items()]
+        elif value is not None and not isinstance(value, dict):
+            flat[f"compile/{key}"] = value
+    return flat
+
+
 def is_compiled(model: nn.Module) -> bool:
     return (
         getattr(model, "_compiled_call_impl", None) is not None

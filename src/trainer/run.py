@@ -390,7 +390,7 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
             {
                 f"best/{t.monitor}": progress.best,
                 "perf/compile_s": doc["perf"]["compile_s"],
-                **flatten({"compile": {k: v for k, v in doc["compile"].items() if v is not None}}),
+                **compiling.summary_for_tracker(doc["compile"]),
             }
         )
         tracker.finish()
