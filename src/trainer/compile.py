@@ -162,6 +162,21 @@ def explain(model: nn.Module, example: torch.Tensor) -> Any:
     return torch._dynamo.explain(model)(example)
 
 
+def describe(result: Any) -> str:
+    """Dynamo's explanation without its guard dump: graphs, breaks with reasons and places."""
+    lines = [
+        f"Graph Count: {result.graph_count}",
+        f"Graph Break Count: {result.graph_break_count}",
+        f"Op Count: {result.op_count}",
+    ]
+    for i, b in enumerate(result.break_reasons, 1):
+        where = f" at {b.user_stack[-1].filename}:{b.user_stack[-1].lineno}" if b.user_stack else ""
+        lines.append(f"Break {i}: {b.reason.splitlines()[0]}{where}")
+    for i, ops in enumerate(result.ops_per_graph or [], 1):
+        lines.append(f"Graph {i}: {len(ops)} ops")
+    return "\n".join(lines)
+
+
 def _check_fullgraph(model: nn.Module, example: torch.Tensor) -> None:
     result = explain(model, example)
     reset()
@@ -198,7 +213,7 @@ def apply_compile(
     torch._dynamo.config.fail_on_recompile_limit_hit = cfg.fail_on_recompile_limit
     watch_recompile_limit()
     if example is not None and cfg.explain:
-        print(explain(model, example))
+        print(describe(explain(model, example)))
         reset()
     if example is not None and cfg.fullgraph and cfg.target == "model":
         _check_fullgraph(model, example)
