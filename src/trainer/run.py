@@ -208,7 +208,8 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
         )
     compiled = not conf.compile.disable and (auto is None or auto["decision"] == "compile")
     if compiled:
-        example = next(iter(data.train))[0].to(device)
+        needs_example = conf.compile.explain or conf.compile.fullgraph
+        example = next(iter(data.train))[0].to(device) if needs_example else None
         compiling.apply_compile(model, compile_config=conf.compile, device=device, example=example)
         compiling.maybe_compile_optimizer(optimizer, conf.compile)
 
