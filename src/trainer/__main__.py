@@ -23,6 +23,7 @@ def _conf_dir() -> str:
 
 @hydra.main(version_base="1.3", config_path=_conf_dir(), config_name="train")
 def main(cfg: DictConfig) -> float | None:
+    from trainer.compile import CompileError
     from trainer.config import ConfigError
     from trainer.run import Interrupted, run
 
@@ -31,6 +32,9 @@ def main(cfg: DictConfig) -> float | None:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    except CompileError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)
     except Interrupted as stop:
         print(str(stop), file=sys.stderr)
         sys.exit(stop.exit_code)

@@ -20,6 +20,7 @@ OPTIMIZERS = ("sgd", "adamw")
 SCHEDULERS = ("none", "cosine", "step")
 LOGGER_MODES = ("offline", "online", "disabled")
 STRATEGIES = ("single", "ddp")
+COMPILE_TARGETS = ("model", "blocks")
 
 
 class ConfigError(ValueError):
@@ -129,12 +130,21 @@ class SchedulerConfig:
 @dataclass
 class CompileConfig:
     disable: bool = False  # true: train eagerly
-    mode: str | None = "default"  # torch.compile mode
-    backend: str = "inductor"  # torch.compile backend
+    mode: str | None = "default"  # torch.compile mode (any of torch._inductor.list_mode_options())
+    backend: str = (
+        "inductor"  # torch.compile backend (torch._dynamo.list_backends(exclude_tags=()))
+    )
+    backend_module: str | None = None  # module imported first; it may register a custom backend
     dynamic: bool | None = None  # dynamic shapes: None lets Dynamo decide
     fullgraph: bool = False  # error on graph breaks
     options: dict[str, Any] | None = None  # Inductor options (only with mode=default)
     cache_dir: str | None = None  # persistent compile caches (None: torch's own default)
+    target: str = "model"  # model: whole model | blocks: each repeated block, in place
+    optimizer: bool = False  # compile the optimizer step too (learning rates become tensors)
+    explain: bool = False  # print torch._dynamo.explain for one batch before training
+    fail_on_recompile_limit: bool = False  # hitting Dynamo's recompile limit is an error
+    auto: bool = False  # measure eager vs compiled on a few steps, keep the faster
+    auto_steps: int = 5  # compile.auto: timed steps each way (after one warm-up step)
 
     def __post_init__(self) -> None:
         _check(
@@ -142,6 +152,8 @@ class CompileConfig:
             f"compile.options and compile.mode={self.mode} cannot be combined (torch.compile "
             "accepts one or the other); drop the options or set compile.mode=default.",
         )
+        _one_of("compile.target", self.target, COMPILE_TARGETS)
+        _positive("compile.auto_steps", self.auto_steps)
 
 
 @dataclass

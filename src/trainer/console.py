@@ -102,9 +102,29 @@ def print_summary(summary: dict[str, Any]) -> None:
     comp = summary["compile"]
     compiled = "off" if not comp["enabled"] else f"{comp['backend']}, mode {comp['mode']}"
     table.add_row("compile", compiled)
+    if comp.get("auto"):
+        auto = comp["auto"]
+        table.add_row(
+            "compile=auto",
+            f"{auto['decision']}: eager {_fmt(auto['eager_total_s'])} s vs compiled "
+            f"{_fmt(auto['compiled_total_s'])} s ({_fmt(auto['compile_cost_s'])} s compile, "
+            f"{auto['cache_state']} cache) for {auto['planned_steps']} steps",
+        )
     if comp["enabled"]:
-        table.add_row("compile time", f"{_fmt(perf['compile_s'])} s")
+        table.add_row(
+            "compile time",
+            f"{_fmt(perf['compile_s'])} s (Dynamo counted {_fmt(comp['dynamo_compile_s'])} s)",
+        )
         table.add_row("graphs / breaks", f"{comp['graphs']} / {comp['graph_breaks']}")
+        for reason, count in list(comp["graph_break_reasons"].items())[:3]:
+            table.add_row("  break", f"{count}x {reason}")
+        table.add_row("recompiles", str(comp["recompiles"]))
+        for reason in comp["recompile_reasons"][-3:]:
+            table.add_row("  recompile", reason)
+        hits = {k: v for k, v in comp.items() if "cache_hit" in k or "cache_miss" in k}
+        table.add_row("cache hit / miss", ", ".join(f"{k} {v}" for k, v in hits.items()))
+        if comp["cudagraph_skips"]:
+            table.add_row("CUDA-graph skips", "; ".join(comp["cudagraph_skip_reasons"]))
     table.add_row("steady samples/s", _fmt(perf["samples_per_s"]))
     table.add_row("steady step", f"{_fmt(perf['step_ms'])} ms")
     table.add_row("device / precision", f"{summary['device']} / {summary['precision']}")

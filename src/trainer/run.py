@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from trainer import checkpoint as ckpt
 from trainer import compile as compiling
-from trainer import distributed
+from trainer import compile_auto, distributed
 from trainer.config import ConfigError, TrainConfig, TrainerConfig, validate
 from trainer.console import ProgressView, print_summary
 from trainer.data import build_data
@@ -164,6 +164,7 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
     resolved = OmegaConf.to_container(OmegaConf.structured(conf), resolve=True)
     flat_config = flatten(resolved)  # type: ignore[arg-type]
 
+    compiling.configure_cache(conf.compile)  # before anything compiles
     compiling.reset()
     seed_everything(t.seed)
     channels, size = input_spec(conf.model)
@@ -201,7 +202,29 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
             ckpt.set_rng_state(state["rng"])
         log.info("resumed from %s at epoch %d, step %d", resume_from, progress.epoch, progress.step)
 
-    compiling.apply_compile(model, compile_config=conf.compile)
+    auto = None
+    if conf.compile.auto and not conf.compile.disable:
+        planned = max(t.max_epochs * len(data.train) - progress.step, 0)
+        if t.max_steps is not None:
+            planned = min(planned, max(t.max_steps - progress.step, 0))
+        auto = compile_auto.decide(
+            model,
+            lambda m: build_optimizer(conf, m),
+            data.train,
+            cfg=conf.compile,
+            device=device,
+            planned_steps=planned,
+        )
+        if ctx.world_size > 1:  # every rank follows rank 0's measurement
+            shared = [auto]
+            torch.distributed.broadcast_object_list(shared, src=0)
+            auto = shared[0]
+    compiled = not conf.compile.disable and (auto is None or auto["decision"] == "compile")
+    if compiled:
+        needs_example = conf.compile.explain or conf.compile.fullgraph
+        example = next(iter(data.train))[0].to(device) if needs_example else None
+        compiling.apply_compile(model, compile_config=conf.compile, device=device, example=example)
+        compiling.maybe_compile_optimizer(optimizer, conf.compile)
     train_model = distributed.wrap(model, ctx)  # compiled in place, then wrapped
 
     tracker = (
@@ -268,9 +291,10 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
                 "wall_s": time.perf_counter() - started,
             },
             "compile": {
-                "enabled": not conf.compile.disable,
                 **asdict(conf.compile),
+                "enabled": compiled,
                 **compiling.compile_stats(),
+                "auto": auto,
             },
             "device": str(device),
             "strategy": t.strategy,
@@ -348,7 +372,7 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
                     "train/acc": means["acc"],
                     "val/loss": val["loss"],
                     "val/acc": val["acc"],
-                    "train/lr": optimizer.param_groups[0]["lr"],
+                    "train/lr": float(optimizer.param_groups[0]["lr"]),
                     "perf/compile_s": compile_s,
                     "perf/step_ms": step_s * 1000.0,
                     "perf/samples_per_s": data.train_batch_size / step_s if step_s else 0.0,
@@ -403,11 +427,16 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
                 )
         doc = summary("finished")
         tracker.summary(
-            {f"best/{t.monitor}": progress.best, "perf/compile_s": doc["perf"]["compile_s"]}
+            {
+                f"best/{t.monitor}": progress.best,
+                "perf/compile_s": doc["perf"]["compile_s"],
+                **compiling.summary_for_tracker(doc["compile"]),
+            }
         )
         tracker.finish()
-    except BaseException:
+    except BaseException as err:
         tracker.finish(exit_code=1)
+        compiling.raise_if_limit_error(err)
         raise
     if ctx.is_main:
         print_summary(doc)
