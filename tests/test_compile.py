@@ -223,28 +223,29 @@ def test_compiled_optimizer_with_a_scheduler_never_recompiles():
     assert float(opt.param_groups[0]["lr"]) == pytest.approx(0.1 * 0.5**4)
 
 
-def test_recompile_limit_is_loud_and_can_be_an_error(monkeypatch, caplog):
+def test_recompile_limit_is_loud_and_can_be_an_error(caplog):
     import torch._dynamo
 
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
-    model = compiling.apply_compile(_tiny(), compile_config=_cfg(dynamic=False))
-    with caplog.at_level(logging.WARNING, logger="trainer.compile"):
-        for batch in range(1, 5):
-            model(torch.randn(batch, 4))
-    assert compiling.compile_stats()["recompile_limit_hit"]
-    assert "RECOMPILE LIMIT HIT" in caplog.text and "last reason" in caplog.text
-
-    compiling.reset()
-    model = compiling.apply_compile(
-        _tiny(), compile_config=_cfg(dynamic=False, fail_on_recompile_limit=True)
-    )
-    with pytest.raises(compiling.CompileError, match="recompile limit.*last reason"):
-        try:
+    # config.patch restores the option on exit (monkeypatch would hide it from Dynamo)
+    with torch._dynamo.config.patch(recompile_limit=2):
+        model = compiling.apply_compile(_tiny(), compile_config=_cfg(dynamic=False))
+        with caplog.at_level(logging.WARNING, logger="trainer.compile"):
             for batch in range(1, 5):
                 model(torch.randn(batch, 4))
-        except Exception as err:
-            compiling.raise_if_limit_error(err)
-            raise
+        assert compiling.compile_stats()["recompile_limit_hit"]
+        assert "RECOMPILE LIMIT HIT" in caplog.text and "last reason" in caplog.text
+
+        compiling.reset()
+        model = compiling.apply_compile(
+            _tiny(), compile_config=_cfg(dynamic=False, fail_on_recompile_limit=True)
+        )
+        with pytest.raises(compiling.CompileError, match="recompile limit.*last reason"):
+            try:
+                for batch in range(1, 5):
+                    model(torch.randn(batch, 4))
+            except Exception as err:
+                compiling.raise_if_limit_error(err)
+                raise
 
 
 def test_tracker_summary_is_flat_and_keeps_the_auto_figures():
