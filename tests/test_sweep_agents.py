@@ -53,15 +53,15 @@ def test_hyperband_stops_a_clearly_worse_run_and_the_sweep_goes_on(tmp_path):
     config = _config(
         "grid",
         {"optimizer.lr": {"values": [0.01, 1e-9]}},
-        ["trainer.max_epochs=12", "data.batch_size=128"],
+        ["trainer.max_epochs=8", "data.batch_size=128"],
         early_terminate={"type": "hyperband", "min_iter": 1, "eta": 3},
     )
     res = run_sweep(config, root=tmp_path, agents=1)
     by_lr = {r["params"]["optimizer.lr"]: r for r in res["runs"]}
-    assert by_lr[0.01]["state"] == "finished" and by_lr[0.01]["epochs"] == 12
+    assert by_lr[0.01]["state"] == "finished" and by_lr[0.01]["epochs"] == 8
     worse = by_lr[1e-9]
     assert worse["state"] == "stopped" and worse["exit_code"] == 143
-    assert 1 <= worse["epochs"] < 12
+    assert 1 <= worse["epochs"] < 8
     assert res["best"]["id"] == by_lr[0.01]["id"]
 
 
