@@ -183,7 +183,12 @@ class LocalAgent:
             log_path=str(log_path),
             started_at=time.time(),
         )
-        code = self._watch(run.id, proc, run_dir / "metrics.jsonl")
+        try:
+            code = self._watch(run.id, proc, run_dir / "metrics.jsonl")
+        except BaseException:  # the agent itself fails (or is interrupted): the run is lost
+            proc.kill()
+            self.store.update(run.id, state="crashed", ended_at=time.time(), pid=None)
+            raise
         stop_requested = self.store.run(run.id).stop_requested
         state = _final_state(code, stop_requested)
         summary = None
@@ -220,7 +225,7 @@ class LocalAgent:
                     print(f"agent: early_terminate stops run {run_id} (SIGTERM)", flush=True)
                     proc.send_signal(signal.SIGTERM)
                     sigterm_at = time.monotonic()
-            elif time.monotonic() - sigterm_at > KILL_DELAY_S:
+            elif sigterm_at is not None and time.monotonic() - sigterm_at > KILL_DELAY_S:
                 proc.kill()
             time.sleep(POLL_S)
 
