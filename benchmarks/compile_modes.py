@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.timing import time_steps, train_step
 from trainer.compile import apply_compile
+from trainer.compile_auto import timed_steps, train_step
 from trainer.config import CompileConfig, DataConfig, ModelConfig
 from trainer.data import build_data
 from trainer.models import build_model, input_spec
@@ -93,10 +93,10 @@ def one_compile(args, model_name, data, batches, mode, device) -> tuple[float, f
         train_step(model, optimizer, *next(feed))
 
     counters.clear()
-    (first,) = time_steps(step, 1, device)
+    (first,) = timed_steps(step, 1, device)
     graphs_first = int(counters["stats"]["unique_graphs"])
-    time_steps(step, args.warmup, device)
-    steady = statistics.median(time_steps(step, args.steps, device))
+    timed_steps(step, args.warmup, device)
+    steady = statistics.median(timed_steps(step, args.steps, device))
     graphs = int(counters["stats"]["unique_graphs"])
     return first, steady, graphs, graphs - graphs_first
 

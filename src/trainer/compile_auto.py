@@ -1,6 +1,6 @@
 """`compile=auto`: time a few eager and compiled training steps on a copy of the model, estimate
 the planned run both ways (compile cost included, as the cache state makes it) and keep the
-faster. `timed_steps` is the reusable measuring primitive."""
+faster. `train_step` and `timed_steps` are the measuring primitives the benchmarks reuse."""
 
 from __future__ import annotations
 
@@ -34,6 +34,17 @@ def timed_steps(step: Callable[[], Any], n: int, device: torch.device) -> list[f
     return times
 
 
+def train_step(
+    model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor
+) -> torch.Tensor:
+    """Forward, cross-entropy, backward, optimizer step: the work of one training step."""
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss
+
+
 def _train_step(
     model: nn.Module, optimizer: torch.optim.Optimizer, batches: Iterable, device: torch.device
 ) -> Callable[[], None]:
@@ -41,10 +52,7 @@ def _train_step(
 
     def step() -> None:
         x, y = next(source)
-        loss = F.cross_entropy(model(x.to(device)), y.to(device))
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        train_step(model, optimizer, x.to(device), y.to(device))
 
     return step
 
