@@ -9,8 +9,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from trainer.config import ConfigError, LoggerConfig
 
 log = logging.getLogger(__name__)
@@ -30,13 +28,10 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def sweep_params() -> dict[str, Any] | None:
     """The parameters a sweep agent handed this process ({key: value}), or None."""
+    from trainer.sweep.trial_argv import sweep_param_values
+
     path = os.environ.get("WANDB_SWEEP_PARAM_PATH")
-    if not path:
-        return None
-    with open(path) as handle:
-        raw = yaml.safe_load(handle) or {}
-    raw.pop("wandb_version", None)  # the header wandb's agent writes into this file
-    return {k: (v.get("value") if isinstance(v, dict) else v) for k, v in raw.items()}
+    return sweep_param_values(path) if path else None
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -76,10 +76,10 @@ def best_overrides(config: dict, best: dict | None) -> list[str]:
     """The Hydra overrides that reproduce the best run: fixed overrides + its parameters."""
     if best is None:
         return []
-    from wandb.sdk.launch.sweeps.utils import create_sweep_command_args
+    from trainer.sweep.trial_argv import hydra_value
 
-    args = create_sweep_command_args({"args": {k: {"value": v} for k, v in best["params"].items()}})
-    return [*fixed_overrides(config), *args["args_no_hyphens"]]
+    params = [f"{key}={hydra_value(value)}" for key, value in best["params"].items()]
+    return [*fixed_overrides(config), *params]
 
 
 def write(store: SweepStore, sweep_id: str, directory: Path) -> dict[str, Any]:

@@ -34,6 +34,8 @@ def hydra_value(value: Any) -> str:
         return "[" + ",".join(hydra_value(v) for v in value) + "]"
     if isinstance(value, dict):
         return "{" + ",".join(f"{k}:{hydra_value(v)}" for k, v in value.items()) + "}"
+    if _reads_back(str(value)):
+        return str(value)  # a plain word (e.g. a config-group option) needs no quotes
     # Hydra keeps backslashes as they are, except a run of them before a quote (or the end).
     text = re.sub(
         r"(\\*)('|$)",
@@ -41,6 +43,18 @@ def hydra_value(value: Any) -> str:
         str(value),
     )
     return f"'{text}'"
+
+
+def _reads_back(text: str) -> bool:
+    """Whether Hydra reads `key=<text>` back as exactly the string `text`."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_override(f"key={text}").value()
+    except HydraException:
+        return False
+    return isinstance(parsed, str) and parsed == text
 
 
 def sweep_param_values(path: str) -> dict[str, Any]:
