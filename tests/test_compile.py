@@ -265,3 +265,28 @@ def test_tracker_summary_is_flat_and_keeps_the_auto_figures():
         "compile/auto/decision": "eager",
         "compile/auto/eager_total_s": 1.0,
     }
+
+
+def test_auto_measurement_leaves_the_model_and_the_rng_untouched():
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from trainer import compile_auto
+
+    data = TensorDataset(torch.randn(32, 4), torch.randint(0, 3, (32,)))
+    model = _tiny()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    report = compile_auto.decide(
+        model,
+        lambda m: torch.optim.SGD(m.parameters(), lr=0.1),
+        DataLoader(data, batch_size=8, shuffle=True),
+        cfg=_cfg(auto=True, auto_steps=2),
+        device=torch.device("cpu"),
+        planned_steps=10,
+    )
+    assert report["decision"] in ("eager", "compile")
+    assert torch.equal(torch.rand(3), expected)  # training after the measurement is unchanged
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key]), key

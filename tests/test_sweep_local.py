@@ -105,3 +105,23 @@ def test_best_overrides_are_fixed_overrides_plus_params():
         "optimizer.lr=1e-05",
         "model=small_cnn",
     ]
+
+
+def test_leaderboard_shows_compile_cache_hits_and_misses_per_run():
+    compiled = report._compile_info(
+        {
+            "perf": {"compile_s": 1.4},
+            "compile": {
+                "enabled": True,
+                "fxgraph_cache_hit": 3,
+                "fxgraph_cache_miss": 0,
+                "aot_autograd_cache_hit": 2,
+                "aot_autograd_cache_miss": 1,
+                "graphs": 1,
+            },
+        }
+    )
+    assert compiled["compile_s"] == 1.4 and "graphs" not in compiled
+    assert report._cache_hits(compiled) == "5/1"
+    eager = report._compile_info({"compile": {"enabled": False, "fxgraph_cache_hit": 0}})
+    assert report._cache_hits(eager) == "-"

@@ -80,8 +80,8 @@ def decide(
     """Measure on a copy of `model` (the real one and the RNG are untouched) and return the
     decision with its figures; the compiled code it leaves behind is forgotten."""
     n = cfg.auto_steps
-    batches = list(itertools.islice(iter(loader), n + 1))
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        batches = list(itertools.islice(iter(loader), n + 1))  # iter() draws a seed: keep it inside
         eager = copy.deepcopy(model).train()
         eager_step = _train_step(eager, make_optimizer(eager), batches, device)
         compiled = copy.deepcopy(model).train()

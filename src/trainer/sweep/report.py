@@ -21,8 +21,11 @@ def _compile_info(summary: dict | None) -> dict[str, Any]:
     perf = summary.get("perf") or {}
     if "compile_s" in perf:
         info["compile_s"] = perf["compile_s"]
-    for key, value in (summary.get("compile") or {}).items():
-        if "cache_hit" in key:
+    section = summary.get("compile") or {}
+    if "enabled" in section:
+        info["compiled"] = bool(section["enabled"])
+    for key, value in section.items():
+        if "cache_hit" in key or "cache_miss" in key:
             info[key] = value
     return info
 
@@ -102,6 +105,17 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _cache_hits(entry: dict[str, Any]) -> str:
+    """'hits/misses' of the compile caches (FX graph, AOTAutograd) in one run; '-' if eager."""
+    if not entry.get("compiled"):
+        return "-"
+
+    def total(kind: str) -> int:
+        return int(sum(v for k, v in entry.items() if kind in k and isinstance(v, int | float)))
+
+    return f"{total('cache_hit')}/{total('cache_miss')}"
+
+
 def print_leaderboard(res: dict[str, Any]) -> None:
     """The leaderboard on the console: rank, run, parameters, metric, state, duration."""
     from rich.console import Console
@@ -112,6 +126,7 @@ def print_leaderboard(res: dict[str, Any]) -> None:
     for col in ("rank", "run", "params", metric.get("name", "metric"), "state", "duration"):
         table.add_column(col, overflow="fold")
     table.add_column("compile_s")
+    table.add_column("cache hit/miss")
     for i, e in enumerate(res["runs"], start=1):
         params = " ".join(f"{k}={_fmt(v)}" for k, v in e["params"].items())
         dur = e.get("duration_s")
@@ -123,6 +138,7 @@ def print_leaderboard(res: dict[str, Any]) -> None:
             e["state"],
             "-" if dur is None else f"{dur:.1f}s",
             "-" if e.get("compile_s") is None else f"{e['compile_s']:.2f}",
+            _cache_hits(e),
         )
     console = Console()
     console.print(table)
