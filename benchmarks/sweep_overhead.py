@@ -3,7 +3,7 @@ training loop starting (process start, imports, Hydra, data, model; compile excl
 is paid in the first step), and compile time of the first trial vs later ones sharing the
 persistent compile cache. Prints a table; writes benchmarks/results/sweep_overhead.md.
 
-    python benchmarks/sweep_overhead.py [--trials 3] [--compile default]
+    python -m benchmarks.sweep_overhead [--trials 3] [--compile default]
 """
 
 from __future__ import annotations
