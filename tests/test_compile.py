@@ -161,6 +161,21 @@ def test_explain_prints_dynamo_explanation(capsys):
     assert "Graph Count: 2" in out and "Graph Break Count: 1" in out
 
 
+def test_explain_and_fullgraph_check_leave_training_untouched():
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Dropout(0.5), nn.Linear(8, 3))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    example = torch.randn(6, 4)
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    compiling.apply_compile(
+        model, compile_config=_cfg(explain=True, fullgraph=True), example=example
+    )
+    assert torch.equal(torch.rand(3), expected)  # no dropout draw consumed
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key]), key  # BatchNorm running stats unchanged
+
+
 def test_reduce_overhead_on_cpu_is_said_visibly(caplog):
     with caplog.at_level(logging.WARNING, logger="trainer.compile"):
         notes = compiling.check_hardware(CompileConfig(mode="reduce-overhead"), torch.device("cpu"))

@@ -156,10 +156,15 @@ def repeated_blocks(model: nn.Module) -> list[nn.Module]:
 
 
 def explain(model: nn.Module, example: torch.Tensor) -> Any:
-    """Dynamo's explanation (graphs, breaks, reasons) of one forward pass."""
+    """Dynamo's explanation (graphs, breaks, reasons) of one forward pass, traced on a copy of
+    `model` with the RNG forked, so training (BatchNorm statistics, dropout draws) is unchanged."""
+    import copy
+
     import torch._dynamo
 
-    return torch._dynamo.explain(model)(example)
+    devices = [example.device] if example.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        return torch._dynamo.explain(copy.deepcopy(model))(example)
 
 
 def describe(result: Any) -> str:

@@ -222,7 +222,10 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
     compiled = not conf.compile.disable and (auto is None or auto["decision"] == "compile")
     if compiled:
         needs_example = conf.compile.explain or conf.compile.fullgraph
-        example = next(iter(data.train))[0].to(device) if needs_example else None
+        example = None
+        if needs_example:
+            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+                example = next(iter(data.train))[0].to(device)  # iter() draws a seed
         compiling.apply_compile(model, compile_config=conf.compile, device=device, example=example)
         compiling.maybe_compile_optimizer(optimizer, conf.compile)
     train_model = distributed.wrap(model, ctx)  # compiled in place, then wrapped
