@@ -121,3 +121,15 @@ def test_hyperband_stops_a_clearly_worse_running_run(tmp_path):
     store.update(good.id, state="finished")
     store.add_metrics(bad.id, [{"val/acc": 0.1}], 0)
     assert engine.runs_to_stop(config, store.runs()) == [bad.id]
+
+
+def test_a_torn_summary_is_no_summary_with_a_warning(tmp_path, capsys):
+    from trainer.sweep.agent import read_summary
+
+    path = tmp_path / "summary.json"
+    assert read_summary(path) is None
+    path.write_text('{"val/acc": 0.9')
+    assert read_summary(path) is None
+    assert str(path) in capsys.readouterr().err
+    path.write_text('{"val/acc": 0.9}')
+    assert read_summary(path) == {"val/acc": 0.9}

@@ -94,6 +94,17 @@ def _tail(path: Path, lines: int = TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def read_summary(path: Path) -> dict | None:
+    """A run's summary.json, or None when it is missing, unreadable or torn (with a warning)."""
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        print(f"agent: warning: ignoring unreadable summary {path}: {err}", file=sys.stderr)
+        return None
+
+
 def _final_state(code: int, stop_requested: bool) -> str:
     if stop_requested and code in (0, 128 + signal.SIGTERM, -signal.SIGTERM, -signal.SIGKILL):
         return "stopped"
@@ -191,10 +202,7 @@ class LocalAgent:
             raise
         stop_requested = self.store.run(run.id).stop_requested
         state = _final_state(code, stop_requested)
-        summary = None
-        summary_path = run_dir / "summary.json"
-        if summary_path.is_file():
-            summary = json.loads(summary_path.read_text())
+        summary = read_summary(run_dir / "summary.json")
         self.store.update(
             run.id,
             state=state,
