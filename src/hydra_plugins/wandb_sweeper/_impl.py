@@ -95,14 +95,19 @@ def sweep(
             file=sys.stderr,
         )
         sys.exit(2)
+    from trainer.sweep.agent import UnknownSweep
     from trainer.sweep.local import run_sweep
 
-    return run_sweep(
-        sweep_config,
-        root=config.paths.output_dir,
-        sweep_id=options["sweep_id"],
-        agents=options["agents"],
-        count=options["count"],
-        rerun_crashed=options["rerun_crashed"],
-        max_consecutive_failures=options["max_consecutive_failures"],
-    )
+    try:
+        return run_sweep(
+            sweep_config,
+            root=config.paths.output_dir,
+            sweep_id=options["sweep_id"],
+            agents=options["agents"],
+            count=options["count"],
+            rerun_crashed=options["rerun_crashed"],
+            max_consecutive_failures=options["max_consecutive_failures"],
+        )
+    except UnknownSweep as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)

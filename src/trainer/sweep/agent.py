@@ -23,12 +23,42 @@ TAIL_LINES = 30  # log lines kept in the store for a run that did not finish
 
 
 def output_root() -> Path:
-    """Where sweeps live by default: $TRAINER_OUTPUT_DIR or outputs (as conf/paths)."""
-    return Path(os.environ.get("TRAINER_OUTPUT_DIR", "outputs"))
+    """Where sweeps live by default: conf/paths/default.yaml's output_dir, resolved."""
+    from omegaconf import OmegaConf
+
+    from trainer.__main__ import _conf_dir
+
+    return Path(OmegaConf.load(Path(_conf_dir()) / "paths" / "default.yaml").output_dir)
 
 
 def sweep_dir(root: str | Path, sweep_id: str) -> Path:
     return Path(root) / "sweeps" / sweep_id
+
+
+def join_command(sweep_id: str, root: str | Path) -> str:
+    """The command that joins this sweep from another terminal (--root only when needed)."""
+    command = f"python -m trainer.agent {sweep_id}"
+    if Path(root).resolve() != output_root().resolve():
+        command += f" --root {root}"
+    return command
+
+
+class UnknownSweep(FileNotFoundError):
+    """A sweep id with no local sweep store; the message names `key` and the known sweeps."""
+
+    def __init__(self, key: str, sweep_id: str, root: str | Path) -> None:
+        sweeps = Path(root) / "sweeps"
+        known = sorted(db.parent.name for db in sweeps.glob("*/sweep.db"))
+        listing = (
+            f"the local sweeps there are: {', '.join(known)}"
+            if known
+            else "there are no local sweeps there"
+        )
+        super().__init__(
+            f"{key}={sweep_id}: no local sweep {sweep_id!r} under {sweeps}; {listing} "
+            "(list them with python -m trainer.sweep ls). Check the id, and the output root "
+            "(--root, or TRAINER_OUTPUT_DIR / paths.output_dir)."
+        )
 
 
 def new_id() -> str:
@@ -130,10 +160,7 @@ class LocalAgent:
         self.dir = sweep_dir(root if root is not None else output_root(), sweep_id)
         db = self.dir / "sweep.db"
         if not db.is_file():
-            raise FileNotFoundError(
-                f"no local sweep {sweep_id!r}: {db} does not exist; check the id "
-                "(python -m trainer.sweep ls) and TRAINER_OUTPUT_DIR."
-            )
+            raise UnknownSweep("sweep_id", sweep_id, self.dir.parent.parent)
         self.store = SweepStore(db)
         self.config: dict = self.store.config
         self.early_terminate = bool(self.config.get("early_terminate"))
