@@ -150,3 +150,24 @@ def test_join_command_names_the_root_only_when_it_is_not_the_default(tmp_path):
         join_command("abc", tmp_path / "x")
         == f"python -m trainer.agent abc --root {tmp_path / 'x'}"
     )
+
+
+def test_agents_and_count_are_checked_before_anything_runs(tmp_path):
+    result = run_cli("sweep=lr_random", "hydra.sweeper.agents=-1", "hydra.sweeper.count=0")
+    assert result.returncode == 2
+    assert "hydra.sweeper.agents=-1" in result.stderr and "hydra.sweeper.count=0" in result.stderr
+    assert not (tmp_path / "outputs" / "sweeps").exists()
+    from hydra_plugins.wandb_sweeper._impl import runner_problems
+
+    assert runner_problems({"backend": "wandb", "agents": 0, "count": None}) == []
+    assert len(runner_problems({"backend": "local", "agents": 0, "count": 2})) == 1
+
+
+def test_a_sweep_whose_agent_gave_up_exits_1(tmp_path):
+    result = run_cli(
+        "-m", "hydra/sweeper=wandb", "hydra.sweeper.method=grid", METRIC, "compile=off", "logger=none",
+        "hydra.sweeper.max_consecutive_failures=1", "trainer.max_epochs=-1,-2",
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "1 consecutive runs failed" in result.stderr
+    assert "1 of 1 agent(s)" in result.stderr and "Traceback" not in result.stderr

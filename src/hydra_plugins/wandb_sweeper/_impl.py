@@ -43,6 +43,38 @@ def sweep_yaml(config: dict[str, Any]) -> str:
         return path.read_text()
 
 
+def runner_problems(options: dict[str, Any]) -> list[str]:
+    """Problems of how the sweep is run: agents and count."""
+    problems = []
+    agents, count = options.get("agents"), options.get("count")
+    least = 0 if options.get("backend") == "wandb" else 1
+    if not isinstance(agents, int) or isinstance(agents, bool) or agents < least:
+        problems.append(
+            f"hydra.sweeper.agents={agents!r} must be an integer >= {least} "
+            "(0 only with backend=wandb, where it creates the sweep and starts no agent)"
+        )
+    if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count <= 0):
+        problems.append(
+            f"hydra.sweeper.count={count!r} must be a positive number of runs per agent, "
+            "or left out (null) to run until the sweep ends"
+        )
+    return problems
+
+
+def agent_failure(result: dict[str, Any]) -> str | None:
+    """The error for a sweep whose agents gave up or failed, or None when all exited 0."""
+    codes = result.get("agent_exit_codes") or []
+    failed = [code for code in codes if code != 0]
+    if not failed:
+        return None
+    return (
+        f"{len(failed)} of {len(codes)} agent(s) of sweep {result.get('sweep_id')} gave up or "
+        f"failed (exit codes {codes}); their message above names the failed runs and logs. "
+        "Fix the cause and resume with hydra.sweeper.sweep_id="
+        f"{result.get('sweep_id')}."
+    )
+
+
 def prepare(
     options: dict[str, Any], config: DictConfig, hydra_context: HydraContext, arguments: list[str]
 ) -> dict[str, Any]:
@@ -51,7 +83,12 @@ def prepare(
         sweep_config = build_sweep_config(options, arguments)
     except TranslationError as err:
         raise ConfigError(str(err)) from err
-    check_sweep(sweep_config, config_keys(config), config_groups(config, hydra_context))
+    check_sweep(
+        sweep_config,
+        config_keys(config),
+        config_groups(config, hydra_context),
+        runner_problems(options),
+    )
     return sweep_config
 
 
@@ -76,7 +113,7 @@ def sweep(
 
         logger = config.get("logger") or {}
         try:
-            return run_server_sweep(
+            result = run_server_sweep(
                 sweep_config,
                 project=options["project"] or logger.get("project"),
                 entity=options["entity"] or logger.get("entity"),
@@ -88,6 +125,7 @@ def sweep(
         except ServerUnavailable as err:
             print(f"error: {err}", file=sys.stderr)
             sys.exit(1)
+        return _finish(result)
     if options["backend"] != "local":
         print(
             f"error: hydra.sweeper.backend={options['backend']!r} is not a backend; "
@@ -99,7 +137,7 @@ def sweep(
     from trainer.sweep.local import run_sweep
 
     try:
-        return run_sweep(
+        result = run_sweep(
             sweep_config,
             root=config.paths.output_dir,
             sweep_id=options["sweep_id"],
@@ -111,3 +149,13 @@ def sweep(
     except UnknownSweep as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    return _finish(result)
+
+
+def _finish(result: dict[str, Any]) -> dict[str, Any]:
+    """Exit 1 when an agent gave up or failed; otherwise return the sweep's result."""
+    failure = agent_failure(result)
+    if failure:
+        print(f"error: {failure}", file=sys.stderr)
+        sys.exit(1)
+    return result

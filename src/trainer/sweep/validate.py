@@ -139,9 +139,14 @@ def sweep_problems(
     return list(dict.fromkeys(problems))
 
 
-def check_sweep(config: dict[str, Any], keys: Iterable[str], groups: dict[str, list[str]]) -> None:
-    """Raise ConfigError listing every problem of `config`."""
-    problems = sweep_problems(config, keys, groups)
+def check_sweep(
+    config: dict[str, Any],
+    keys: Iterable[str],
+    groups: dict[str, list[str]],
+    more: Iterable[str] = (),
+) -> None:
+    """Raise ConfigError listing every problem of `config`, and the `more` found elsewhere."""
+    problems = [*sweep_problems(config, keys, groups), *more]
     if problems:
         listed = "; ".join(f"({i}) {p}" for i, p in enumerate(problems, 1))
         raise ConfigError(
