@@ -171,3 +171,12 @@ def test_a_sweep_whose_agent_gave_up_exits_1(tmp_path):
     assert result.returncode == 1, result.stderr[-3000:]
     assert "1 consecutive runs failed" in result.stderr
     assert "1 of 1 agent(s)" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_invalid_fixed_overrides_are_refused_before_any_trial(tmp_path):
+    result = run_cli("sweep=lr_random", "data.batch_size=-1", "hydra.sweeper.count=0")
+    assert result.returncode == 2
+    assert "data.batch_size" in result.stderr and "hydra.sweeper.count=0" in result.stderr
+    assert not (tmp_path / "outputs" / "sweeps").exists()
+    fine = run_cli("sweep=lr_random", "hydra.sweeper.dry_run=true")
+    assert fine.returncode == 0, fine.stderr

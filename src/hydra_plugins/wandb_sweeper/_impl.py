@@ -10,7 +10,7 @@ from typing import Any
 from hydra.types import HydraContext
 from omegaconf import DictConfig, OmegaConf
 
-from trainer.config import ConfigError
+from trainer.config import ConfigError, validate
 from trainer.sweep.local import write_sweep_yaml
 from trainer.sweep.translate import TranslationError, build_sweep_config, run_count
 from trainer.sweep.validate import check_sweep
@@ -61,6 +61,27 @@ def runner_problems(options: dict[str, Any]) -> list[str]:
     return problems
 
 
+def trial_config_problems(sweep_config: dict[str, Any], config: DictConfig) -> list[str]:
+    """The problem trainer.config.validate finds in the trials' fixed config: the composed
+    config (fixed overrides applied), with each plain key swept over listed values set to its
+    first value; keys drawn from distributions keep their composed value."""
+    trial = OmegaConf.create(OmegaConf.to_container(config, resolve=False))
+    trial.pop("hydra", None)
+    groups = set(config.hydra.runtime.choices)
+    for key, spec in (sweep_config.get("parameters") or {}).items():
+        if key in groups or not isinstance(spec, dict):
+            continue
+        if "value" in spec:
+            OmegaConf.update(trial, key, spec["value"], force_add=True)
+        elif spec.get("values"):
+            OmegaConf.update(trial, key, spec["values"][0], force_add=True)
+    try:
+        validate(trial)
+    except ConfigError as err:
+        return [f"every trial would fail: {err}"]
+    return []
+
+
 def agent_failure(result: dict[str, Any]) -> str | None:
     """The error for a sweep whose agents gave up or failed, or None when all exited 0."""
     codes = result.get("agent_exit_codes") or []
@@ -87,7 +108,7 @@ def prepare(
         sweep_config,
         config_keys(config),
         config_groups(config, hydra_context),
-        runner_problems(options),
+        [*runner_problems(options), *trial_config_problems(sweep_config, config)],
     )
     return sweep_config
 
