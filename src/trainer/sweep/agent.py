@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from trainer.sweep.store import RunRecord, SweepStore
 POLL_S = 0.25  # how often a running trial's metrics, stop flag and exit are checked
 HEARTBEAT_S = 2.0  # how often the store hears that a run's agent is alive
 KILL_DELAY_S = 30.0  # SIGKILL a stopped run that has not exited this long after SIGTERM
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # forwarded to the running trial
 TAIL_LINES = 30  # log lines kept in the store for a run that did not finish
 
 
@@ -135,7 +137,9 @@ def read_summary(path: Path) -> dict | None:
         return None
 
 
-def _final_state(code: int, stop_requested: bool) -> str:
+def _final_state(code: int, stop_requested: bool, interrupted: bool = False) -> str:
+    if interrupted:  # the agent was told to stop: the run did not finish, --rerun-crashed reruns it
+        return "finished" if code == 0 else "crashed"
     if stop_requested and code in (0, 128 + signal.SIGTERM, -signal.SIGTERM, -signal.SIGKILL):
         return "stopped"
     if code == 0:
@@ -166,13 +170,39 @@ class LocalAgent:
         self.early_terminate = bool(self.config.get("early_terminate"))
         self.rerun_crashed = rerun_crashed
         self.max_consecutive_failures = max_consecutive_failures
+        self.signum: int | None = None  # SIGTERM/SIGINT the agent received
+        self._trial: subprocess.Popen | None = None
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        """Forward SIGTERM/SIGINT to the running trial once (it saves and exits); the watch
+        loop then waits for it, records how it ended, and the agent exits 128 + signum."""
+        if self.signum is None and self._trial is not None and self._trial.poll() is None:
+            print(
+                f"agent: {signal.Signals(signum).name} received, stopping the running trial "
+                f"(SIGKILL in {KILL_DELAY_S:g} s if it has not exited)",
+                flush=True,
+            )
+            self._trial.send_signal(signum)
+        self.signum = self.signum or signum
 
     def run(self, count: int | None = None) -> int:
-        """Run trials; return 0 when the sweep (or `count`) is done, 1 after too many failures."""
+        """Run trials; return 0 when the sweep (or `count`) is done, 1 after too many failures,
+        128 + signum after SIGTERM/SIGINT (the running trial is stopped and recorded)."""
+        if threading.current_thread() is threading.main_thread():
+            previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS}
+        else:
+            previous = {}
+        try:
+            return self._run(count)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _run(self, count: int | None) -> int:
         self.store.mark_lost_runs()
         done = 0
         failures: list[RunRecord] = []
-        while count is None or done < count:
+        while self.signum is None and (count is None or done < count):
             run = self.store.claim(
                 lambda runs: engine.next_params(self.config, runs),
                 new_id=new_id,
@@ -183,6 +213,8 @@ class LocalAgent:
                 break
             state = self._run_trial(run)
             done += 1
+            if self.signum is not None:
+                return 128 + self.signum
             if state in ("failed", "crashed"):
                 failures.append(self.store.run(run.id))
                 if len(failures) >= self.max_consecutive_failures:
@@ -213,7 +245,14 @@ class LocalAgent:
         with open(log_path, "w") as log:
             log.write(" ".join(argv) + "\n")
             log.flush()
-            proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+            # Its own session: a terminal's Ctrl-C reaches the agent only, which forwards it once
+            # (a second SIGINT would abort the trial's graceful save).
+            proc = subprocess.Popen(
+                argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self._trial = proc
+        if self.signum is not None:  # a signal came while the trial was starting
+            proc.send_signal(self.signum)
         self.store.update(
             run.id,
             pid=proc.pid,
@@ -227,8 +266,10 @@ class LocalAgent:
             proc.kill()
             self.store.update(run.id, state="crashed", ended_at=time.time(), pid=None)
             raise
+        finally:
+            self._trial = None
         stop_requested = self.store.run(run.id).stop_requested
-        state = _final_state(code, stop_requested)
+        state = _final_state(code, stop_requested, interrupted=self.signum is not None)
         summary = read_summary(run_dir / "summary.json")
         self.store.update(
             run.id,
@@ -262,6 +303,8 @@ class LocalAgent:
                     sigterm_at = time.monotonic()
             elif sigterm_at is not None and time.monotonic() - sigterm_at > KILL_DELAY_S:
                 proc.kill()
+            if self.signum is not None and sigterm_at is None:
+                sigterm_at = time.monotonic()  # forwarded by _on_signal: SIGKILL after the delay
             time.sleep(POLL_S)
 
     def _read_metrics(self, run_id: str, path: Path, offset: int, epochs: int) -> tuple[int, int]:

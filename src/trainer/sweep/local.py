@@ -84,7 +84,10 @@ def run_sweep(
     argv = _agent_argv(sweep_id, root, count, rerun_crashed, max_consecutive_failures)
     env = {**os.environ, "TRAINER_OUTPUT_DIR": str(root)}
     procs = [subprocess.Popen(argv, env=env) for _ in range(max(agents, 1))]
-    codes = [p.wait() for p in procs]
+    try:
+        codes = [p.wait() for p in procs]
+    except KeyboardInterrupt:  # Ctrl-C reached the agents too: each stops and records its trial
+        codes = [p.wait() for p in procs]
     gave_up = any(code != 0 for code in codes)
     running = [r for r in store.runs() if r.state == "running"]
     store.set("state", "failed" if gave_up else ("running" if running else "finished"))
