@@ -268,7 +268,7 @@ class LocalAgent:
             raise
         finally:
             self._trial = None
-        stop_requested = self.store.run(run.id).stop_requested
+        stop_requested = self.store.stop_requested(run.id)
         state = _final_state(code, stop_requested, interrupted=self.signum is not None)
         summary = read_summary(run_dir / "summary.json")
         self.store.update(
@@ -297,7 +297,7 @@ class LocalAgent:
                 to_stop = engine.runs_to_stop(self.config, self.store.runs())
                 if to_stop:
                     self.store.request_stop(to_stop)
-                if self.store.run(run_id).stop_requested:
+                if self.store.stop_requested(run_id):
                     print(f"agent: early_terminate stops run {run_id} (SIGTERM)", flush=True)
                     proc.send_signal(signal.SIGTERM)
                     sigterm_at = time.monotonic()
