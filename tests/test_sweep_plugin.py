@@ -166,7 +166,7 @@ def test_agents_and_count_are_checked_before_anything_runs(tmp_path):
 def test_a_sweep_whose_agent_gave_up_exits_1(tmp_path):
     result = run_cli(
         "-m", "hydra/sweeper=wandb", "hydra.sweeper.method=grid", METRIC, "compile=off", "logger=none",
-        "hydra.sweeper.max_consecutive_failures=1", "trainer.max_epochs=-1,-2",
+        "hydra.sweeper.max_consecutive_failures=1", "trainer.resume=/no/such/a.pt,/no/such/b.pt",
     )  # fmt: skip
     assert result.returncode == 1, result.stderr[-3000:]
     assert "1 consecutive runs failed" in result.stderr
