@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from trainer.sweep.local import run_sweep
 from trainer.sweep.store import SweepStore
 
@@ -132,7 +134,8 @@ def test_kill_9_then_resume_loses_and_repeats_nothing(tmp_path):
     assert len(res["runs"]) == 4
 
 
-def test_sigterm_to_the_agent_stops_its_trial_gracefully_and_records_it(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_agent_stops_its_trial_gracefully_and_records_it(tmp_path, signum):
     config = _config("grid", {"trainer.seed": {"values": [0, 1]}}, ["trainer.max_epochs=200"])
     directory = tmp_path / "sweeps" / "sigterm1"
     directory.mkdir(parents=True)
@@ -150,13 +153,13 @@ def test_sigterm_to_the_agent_stops_its_trial_gracefully_and_records_it(tmp_path
             break
         time.sleep(0.2)
     assert runs and runs[0].history, "the trial never logged an epoch"
-    os.kill(agent.pid, signal.SIGTERM)
-    assert agent.wait(timeout=60) == 128 + signal.SIGTERM
+    os.kill(agent.pid, signum)
+    assert agent.wait(timeout=60) == 128 + signum
     runs = store.runs()
     assert len(runs) == 1  # no second trial was started
     run = runs[0]
-    assert run.state == "crashed" and run.exit_code == 128 + signal.SIGTERM
+    assert run.state == "crashed" and run.exit_code == 128 + signum
     assert (
         tmp_path / "sweeps" / "sigterm1" / "runs" / run.id / "checkpoints" / "last.pt"
     ).is_file()
-    assert "SIGTERM received" in run.log_tail
+    assert f"{signal.Signals(signum).name} received" in run.log_tail
