@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from trainer.sweep.local import run_sweep
 from trainer.sweep.store import SweepStore
 
@@ -130,3 +132,34 @@ def test_kill_9_then_resume_loses_and_repeats_nothing(tmp_path):
     assert all(r.state == "finished" for r in live)
     assert {r.rerun_of for r in live if r.rerun_of} == interrupted
     assert len(res["runs"]) == 4
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_agent_stops_its_trial_gracefully_and_records_it(tmp_path, signum):
+    config = _config("grid", {"trainer.seed": {"values": [0, 1]}}, ["trainer.max_epochs=200"])
+    directory = tmp_path / "sweeps" / "sigterm1"
+    directory.mkdir(parents=True)
+    store = SweepStore(directory / "sweep.db")
+    store.set("config", config)
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "trainer.agent", "sigterm1", "--root", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # wait until the trial is training (an epoch logged)
+        runs = store.runs()
+        if runs and runs[0].history:
+            break
+        time.sleep(0.2)
+    assert runs and runs[0].history, "the trial never logged an epoch"
+    os.kill(agent.pid, signum)
+    assert agent.wait(timeout=60) == 128 + signum
+    runs = store.runs()
+    assert len(runs) == 1  # no second trial was started
+    run = runs[0]
+    assert run.state == "crashed" and run.exit_code == 128 + signum
+    assert (
+        tmp_path / "sweeps" / "sigterm1" / "runs" / run.id / "checkpoints" / "last.pt"
+    ).is_file()
+    assert f"{signal.Signals(signum).name} received" in run.log_tail

@@ -122,3 +122,61 @@ def test_bayes_sweep_of_a_few_runs(tmp_path):
     assert len(results["runs"]) == 3
     assert all(r["state"] in ("finished", "stopped") for r in results["runs"])
     assert all(0.5 <= r["params"]["optimizer.momentum"] <= 0.99 for r in results["runs"])
+
+
+def test_unknown_sweep_id_is_one_clear_error_exit_2(tmp_path, capsys):
+    from trainer.agent import main as agent_cli
+    from trainer.sweep.__main__ import main as sweep_cli
+
+    known = tmp_path / "outputs" / "sweeps" / "abc12345"
+    known.mkdir(parents=True)
+    (known / "sweep.db").touch()
+    result = run_cli("sweep=lr_random", "hydra.sweeper.sweep_id=nope")
+    assert result.returncode == 2
+    assert "hydra.sweeper.sweep_id=nope" in result.stderr and "abc12345" in result.stderr
+    assert "Traceback" not in result.stderr
+    for cli in (lambda: agent_cli(["nope"]), lambda: sweep_cli(["show", "nope"])):
+        assert cli() == 2
+        err = capsys.readouterr().err
+        assert "nope" in err and "abc12345" in err and "trainer.sweep ls" in err
+
+
+def test_join_command_names_the_root_only_when_it_is_not_the_default(tmp_path):
+    from trainer.sweep.agent import join_command, output_root
+
+    assert output_root() == tmp_path / "outputs"  # conftest sets TRAINER_OUTPUT_DIR
+    assert join_command("abc", tmp_path / "outputs") == "python -m trainer.agent abc"
+    assert (
+        join_command("abc", tmp_path / "x")
+        == f"python -m trainer.agent abc --root {tmp_path / 'x'}"
+    )
+
+
+def test_agents_and_count_are_checked_before_anything_runs(tmp_path):
+    result = run_cli("sweep=lr_random", "hydra.sweeper.agents=-1", "hydra.sweeper.count=0")
+    assert result.returncode == 2
+    assert "hydra.sweeper.agents=-1" in result.stderr and "hydra.sweeper.count=0" in result.stderr
+    assert not (tmp_path / "outputs" / "sweeps").exists()
+    from hydra_plugins.wandb_sweeper._impl import runner_problems
+
+    assert runner_problems({"backend": "wandb", "agents": 0, "count": None}) == []
+    assert len(runner_problems({"backend": "local", "agents": 0, "count": 2})) == 1
+
+
+def test_a_sweep_whose_agent_gave_up_exits_1(tmp_path):
+    result = run_cli(
+        "-m", "hydra/sweeper=wandb", "hydra.sweeper.method=grid", METRIC, "compile=off", "logger=none",
+        "hydra.sweeper.max_consecutive_failures=1", "trainer.resume=/no/such/a.pt,/no/such/b.pt",
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "1 consecutive runs failed" in result.stderr
+    assert "1 of 1 agent(s)" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_invalid_fixed_overrides_are_refused_before_any_trial(tmp_path):
+    result = run_cli("sweep=lr_random", "data.batch_size=-1", "hydra.sweeper.count=0")
+    assert result.returncode == 2
+    assert "data.batch_size" in result.stderr and "hydra.sweeper.count=0" in result.stderr
+    assert not (tmp_path / "outputs" / "sweeps").exists()
+    fine = run_cli("sweep=lr_random", "hydra.sweeper.dry_run=true")
+    assert fine.returncode == 0, fine.stderr

@@ -121,3 +121,32 @@ def test_hyperband_stops_a_clearly_worse_running_run(tmp_path):
     store.update(good.id, state="finished")
     store.add_metrics(bad.id, [{"val/acc": 0.1}], 0)
     assert engine.runs_to_stop(config, store.runs()) == [bad.id]
+
+
+def test_a_torn_summary_is_no_summary_with_a_warning(tmp_path, capsys):
+    from trainer.sweep.agent import read_summary
+
+    path = tmp_path / "summary.json"
+    assert read_summary(path) is None
+    path.write_text('{"val/acc": 0.9')
+    assert read_summary(path) is None
+    assert str(path) in capsys.readouterr().err
+    path.write_text('{"val/acc": 0.9}')
+    assert read_summary(path) == {"val/acc": 0.9}
+
+
+def test_one_run_reads_only_its_own_history_and_the_stop_flag(tmp_path):
+    store = SweepStore(tmp_path / "sweep.db")
+    ids = iter(["a", "b"])
+    for _ in range(2):
+        store.claim(lambda runs: ({"x": len(runs)}, None), new_id=lambda: next(ids), agent_pid=1)
+    store.add_metrics("a", [{"loss": 1.0}, {"loss": 0.5}], 0)
+    store.add_metrics("b", [{"loss": 2.0}], 0)
+    statements: list[str] = []
+    store._db.set_trace_callback(statements.append)
+    assert store.run("b").history == [{"loss": 2.0}]
+    assert any("FROM metrics WHERE run_id IN" in s for s in statements), statements
+    assert [r.history for r in store.runs()] == [[{"loss": 1.0}, {"loss": 0.5}], [{"loss": 2.0}]]
+    assert store.stop_requested("a") is False
+    store.request_stop(["a"])
+    assert store.stop_requested("a") is True and store.run("a").stop_requested

@@ -239,3 +239,35 @@ def test_repaired_values_reach_the_composed_config():
     cfg = make_cfg(*("+" + arg for arg in repair_argv(argv, params)))
     got = OmegaConf.to_container(cfg.extra)
     assert {f"extra.{k}": v for k, v in got.items()} == params
+
+
+def _engine_enumeration(config: dict) -> int:
+    from trainer.sweep import engine
+    from trainer.sweep.store import RunRecord
+
+    runs: list[RunRecord] = []
+    while (suggestion := engine.next_params(config, runs)) is not None:
+        runs.append(
+            RunRecord(id=f"r{len(runs)}", seq=len(runs), state="finished", params=suggestion[0])
+        )
+    return len(runs)
+
+
+@pytest.mark.parametrize(
+    "parameters",
+    [
+        {"a": {"min": 1, "max": 3}},
+        {"a": {"distribution": "q_uniform", "min": 0.0, "max": 1.0, "q": 0.25}},
+        {"a": {"distribution": "int_uniform", "min": 2, "max": 5}, "b": {"value": 7}},
+        {
+            "a": {"values": [1, 2]},
+            "b": {"min": 0, "max": 2},
+            "c": {"distribution": "constant", "value": 1},
+        },
+        {"a": {"parameters": {"x": {"values": [1, 2, 3]}, "y": {"min": 1, "max": 2}}}},
+    ],
+)
+def test_grid_run_count_matches_the_engines_enumeration(parameters):
+    config = {"method": "grid", "parameters": parameters}
+    assert run_count(config) == _engine_enumeration(config)
+    assert run_count({**config, "run_cap": 2}) == 2

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from trainer.sweep.agent import LocalAgent, output_root
+from trainer.sweep.agent import LocalAgent, UnknownSweep, output_root
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
             rerun_crashed=args.rerun_crashed,
             max_consecutive_failures=args.max_consecutive_failures,
         )
-    except FileNotFoundError as err:
+    except UnknownSweep as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return agent.run(args.count)

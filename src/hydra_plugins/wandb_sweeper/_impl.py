@@ -10,7 +10,7 @@ from typing import Any
 from hydra.types import HydraContext
 from omegaconf import DictConfig, OmegaConf
 
-from trainer.config import ConfigError
+from trainer.config import ConfigError, validate
 from trainer.sweep.local import write_sweep_yaml
 from trainer.sweep.translate import TranslationError, build_sweep_config, run_count
 from trainer.sweep.validate import check_sweep
@@ -43,6 +43,59 @@ def sweep_yaml(config: dict[str, Any]) -> str:
         return path.read_text()
 
 
+def runner_problems(options: dict[str, Any]) -> list[str]:
+    """Problems of how the sweep is run: agents and count."""
+    problems = []
+    agents, count = options.get("agents"), options.get("count")
+    least = 0 if options.get("backend") == "wandb" else 1
+    if not isinstance(agents, int) or isinstance(agents, bool) or agents < least:
+        problems.append(
+            f"hydra.sweeper.agents={agents!r} must be an integer >= {least} "
+            "(0 only with backend=wandb, where it creates the sweep and starts no agent)"
+        )
+    if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count <= 0):
+        problems.append(
+            f"hydra.sweeper.count={count!r} must be a positive number of runs per agent, "
+            "or left out (null) to run until the sweep ends"
+        )
+    return problems
+
+
+def trial_config_problems(sweep_config: dict[str, Any], config: DictConfig) -> list[str]:
+    """The problem trainer.config.validate finds in the trials' fixed config: the composed
+    config (fixed overrides applied), with each plain key swept over listed values set to its
+    first value; keys drawn from distributions keep their composed value."""
+    trial = OmegaConf.create(OmegaConf.to_container(config, resolve=False))
+    trial.pop("hydra", None)
+    groups = set(config.hydra.runtime.choices)
+    for key, spec in (sweep_config.get("parameters") or {}).items():
+        if key in groups or not isinstance(spec, dict):
+            continue
+        if "value" in spec:
+            OmegaConf.update(trial, key, spec["value"], force_add=True)
+        elif spec.get("values"):
+            OmegaConf.update(trial, key, spec["values"][0], force_add=True)
+    try:
+        validate(trial)
+    except ConfigError as err:
+        return [f"every trial would fail: {err}"]
+    return []
+
+
+def agent_failure(result: dict[str, Any]) -> str | None:
+    """The error for a sweep whose agents gave up or failed, or None when all exited 0."""
+    codes = result.get("agent_exit_codes") or []
+    failed = [code for code in codes if code != 0]
+    if not failed:
+        return None
+    return (
+        f"{len(failed)} of {len(codes)} agent(s) of sweep {result.get('sweep_id')} gave up or "
+        f"failed (exit codes {codes}); their message above names the failed runs and logs. "
+        "Fix the cause and resume with hydra.sweeper.sweep_id="
+        f"{result.get('sweep_id')}."
+    )
+
+
 def prepare(
     options: dict[str, Any], config: DictConfig, hydra_context: HydraContext, arguments: list[str]
 ) -> dict[str, Any]:
@@ -51,7 +104,12 @@ def prepare(
         sweep_config = build_sweep_config(options, arguments)
     except TranslationError as err:
         raise ConfigError(str(err)) from err
-    check_sweep(sweep_config, config_keys(config), config_groups(config, hydra_context))
+    check_sweep(
+        sweep_config,
+        config_keys(config),
+        config_groups(config, hydra_context),
+        [*runner_problems(options), *trial_config_problems(sweep_config, config)],
+    )
     return sweep_config
 
 
@@ -76,7 +134,7 @@ def sweep(
 
         logger = config.get("logger") or {}
         try:
-            return run_server_sweep(
+            result = run_server_sweep(
                 sweep_config,
                 project=options["project"] or logger.get("project"),
                 entity=options["entity"] or logger.get("entity"),
@@ -88,6 +146,7 @@ def sweep(
         except ServerUnavailable as err:
             print(f"error: {err}", file=sys.stderr)
             sys.exit(1)
+        return _finish(result)
     if options["backend"] != "local":
         print(
             f"error: hydra.sweeper.backend={options['backend']!r} is not a backend; "
@@ -95,14 +154,29 @@ def sweep(
             file=sys.stderr,
         )
         sys.exit(2)
+    from trainer.sweep.agent import UnknownSweep
     from trainer.sweep.local import run_sweep
 
-    return run_sweep(
-        sweep_config,
-        root=config.paths.output_dir,
-        sweep_id=options["sweep_id"],
-        agents=options["agents"],
-        count=options["count"],
-        rerun_crashed=options["rerun_crashed"],
-        max_consecutive_failures=options["max_consecutive_failures"],
-    )
+    try:
+        result = run_sweep(
+            sweep_config,
+            root=config.paths.output_dir,
+            sweep_id=options["sweep_id"],
+            agents=options["agents"],
+            count=options["count"],
+            rerun_crashed=options["rerun_crashed"],
+            max_consecutive_failures=options["max_consecutive_failures"],
+        )
+    except UnknownSweep as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    return _finish(result)
+
+
+def _finish(result: dict[str, Any]) -> dict[str, Any]:
+    """Exit 1 when an agent gave up or failed; otherwise return the sweep's result."""
+    failure = agent_failure(result)
+    if failure:
+        print(f"error: {failure}", file=sys.stderr)
+        sys.exit(1)
+    return result

@@ -8,14 +8,14 @@ import sys
 from pathlib import Path
 
 from trainer.sweep import report
-from trainer.sweep.agent import output_root, sweep_dir
+from trainer.sweep.agent import UnknownSweep, output_root, sweep_dir
 from trainer.sweep.store import SweepStore
 
 
 def show(sweep_id: str, root: Path) -> int:
     directory = sweep_dir(root, sweep_id)
     if not (directory / "sweep.db").is_file():
-        print(f"error: no local sweep {sweep_id!r} under {root / 'sweeps'}", file=sys.stderr)
+        print(f"error: {UnknownSweep('sweep_id', sweep_id, root)}", file=sys.stderr)
         return 2
     store = SweepStore(directory / "sweep.db")
     res = report.write(store, sweep_id, directory)
@@ -54,7 +54,9 @@ def ls(root: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainer.sweep", description=__doc__)
     parser.add_argument(
-        "--root", default=None, help="output root (default: $TRAINER_OUTPUT_DIR or outputs)"
+        "--root",
+        default=None,
+        help="output root (default: paths.output_dir: $TRAINER_OUTPUT_DIR or outputs)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("ls", help="list local sweeps")

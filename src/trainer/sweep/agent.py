@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -19,16 +20,47 @@ from trainer.sweep.store import RunRecord, SweepStore
 POLL_S = 0.25  # how often a running trial's metrics, stop flag and exit are checked
 HEARTBEAT_S = 2.0  # how often the store hears that a run's agent is alive
 KILL_DELAY_S = 30.0  # SIGKILL a stopped run that has not exited this long after SIGTERM
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # forwarded to the running trial
 TAIL_LINES = 30  # log lines kept in the store for a run that did not finish
 
 
 def output_root() -> Path:
-    """Where sweeps live by default: $TRAINER_OUTPUT_DIR or outputs (as conf/paths)."""
-    return Path(os.environ.get("TRAINER_OUTPUT_DIR", "outputs"))
+    """Where sweeps live by default: conf/paths/default.yaml's output_dir, resolved."""
+    from omegaconf import OmegaConf
+
+    from trainer.__main__ import _conf_dir
+
+    return Path(OmegaConf.load(Path(_conf_dir()) / "paths" / "default.yaml").output_dir)
 
 
 def sweep_dir(root: str | Path, sweep_id: str) -> Path:
     return Path(root) / "sweeps" / sweep_id
+
+
+def join_command(sweep_id: str, root: str | Path) -> str:
+    """The command that joins this sweep from another terminal (--root only when needed)."""
+    command = f"python -m trainer.agent {sweep_id}"
+    if Path(root).resolve() != output_root().resolve():
+        command += f" --root {root}"
+    return command
+
+
+class UnknownSweep(FileNotFoundError):
+    """A sweep id with no local sweep store; the message names `key` and the known sweeps."""
+
+    def __init__(self, key: str, sweep_id: str, root: str | Path) -> None:
+        sweeps = Path(root) / "sweeps"
+        known = sorted(db.parent.name for db in sweeps.glob("*/sweep.db"))
+        listing = (
+            f"the local sweeps there are: {', '.join(known)}"
+            if known
+            else "there are no local sweeps there"
+        )
+        super().__init__(
+            f"{key}={sweep_id}: no local sweep {sweep_id!r} under {sweeps}; {listing} "
+            "(list them with python -m trainer.sweep ls). Check the id, and the output root "
+            "(--root, or TRAINER_OUTPUT_DIR / paths.output_dir)."
+        )
 
 
 def new_id() -> str:
@@ -94,7 +126,20 @@ def _tail(path: Path, lines: int = TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _final_state(code: int, stop_requested: bool) -> str:
+def read_summary(path: Path) -> dict | None:
+    """A run's summary.json, or None when it is missing, unreadable or torn (with a warning)."""
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        print(f"agent: warning: ignoring unreadable summary {path}: {err}", file=sys.stderr)
+        return None
+
+
+def _final_state(code: int, stop_requested: bool, interrupted: bool = False) -> str:
+    if interrupted:  # the agent was told to stop: the run did not finish, --rerun-crashed reruns it
+        return "finished" if code == 0 else "crashed"
     if stop_requested and code in (0, 128 + signal.SIGTERM, -signal.SIGTERM, -signal.SIGKILL):
         return "stopped"
     if code == 0:
@@ -119,22 +164,45 @@ class LocalAgent:
         self.dir = sweep_dir(root if root is not None else output_root(), sweep_id)
         db = self.dir / "sweep.db"
         if not db.is_file():
-            raise FileNotFoundError(
-                f"no local sweep {sweep_id!r}: {db} does not exist; check the id "
-                "(python -m trainer.sweep ls) and TRAINER_OUTPUT_DIR."
-            )
+            raise UnknownSweep("sweep_id", sweep_id, self.dir.parent.parent)
         self.store = SweepStore(db)
         self.config: dict = self.store.config
         self.early_terminate = bool(self.config.get("early_terminate"))
         self.rerun_crashed = rerun_crashed
         self.max_consecutive_failures = max_consecutive_failures
+        self.signum: int | None = None  # SIGTERM/SIGINT the agent received
+        self._trial: subprocess.Popen | None = None
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        """Forward SIGTERM/SIGINT to the running trial once (it saves and exits); the watch
+        loop then waits for it, records how it ended, and the agent exits 128 + signum."""
+        if self.signum is None and self._trial is not None and self._trial.poll() is None:
+            print(
+                f"agent: {signal.Signals(signum).name} received, stopping the running trial "
+                f"(SIGKILL in {KILL_DELAY_S:g} s if it has not exited)",
+                flush=True,
+            )
+            self._trial.send_signal(signum)
+        self.signum = self.signum or signum
 
     def run(self, count: int | None = None) -> int:
-        """Run trials; return 0 when the sweep (or `count`) is done, 1 after too many failures."""
+        """Run trials; return 0 when the sweep (or `count`) is done, 1 after too many failures,
+        128 + signum after SIGTERM/SIGINT (the running trial is stopped and recorded)."""
+        if threading.current_thread() is threading.main_thread():
+            previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS}
+        else:
+            previous = {}
+        try:
+            return self._run(count)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _run(self, count: int | None) -> int:
         self.store.mark_lost_runs()
         done = 0
         failures: list[RunRecord] = []
-        while count is None or done < count:
+        while self.signum is None and (count is None or done < count):
             run = self.store.claim(
                 lambda runs: engine.next_params(self.config, runs),
                 new_id=new_id,
@@ -145,6 +213,8 @@ class LocalAgent:
                 break
             state = self._run_trial(run)
             done += 1
+            if self.signum is not None:
+                return 128 + self.signum
             if state in ("failed", "crashed"):
                 failures.append(self.store.run(run.id))
                 if len(failures) >= self.max_consecutive_failures:
@@ -175,7 +245,14 @@ class LocalAgent:
         with open(log_path, "w") as log:
             log.write(" ".join(argv) + "\n")
             log.flush()
-            proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+            # Its own session: a terminal's Ctrl-C reaches the agent only, which forwards it once
+            # (a second SIGINT would abort the trial's graceful save).
+            proc = subprocess.Popen(
+                argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self._trial = proc
+        if self.signum is not None:  # a signal came while the trial was starting
+            proc.send_signal(self.signum)
         self.store.update(
             run.id,
             pid=proc.pid,
@@ -189,12 +266,11 @@ class LocalAgent:
             proc.kill()
             self.store.update(run.id, state="crashed", ended_at=time.time(), pid=None)
             raise
-        stop_requested = self.store.run(run.id).stop_requested
-        state = _final_state(code, stop_requested)
-        summary = None
-        summary_path = run_dir / "summary.json"
-        if summary_path.is_file():
-            summary = json.loads(summary_path.read_text())
+        finally:
+            self._trial = None
+        stop_requested = self.store.stop_requested(run.id)
+        state = _final_state(code, stop_requested, interrupted=self.signum is not None)
+        summary = read_summary(run_dir / "summary.json")
         self.store.update(
             run.id,
             state=state,
@@ -221,12 +297,14 @@ class LocalAgent:
                 to_stop = engine.runs_to_stop(self.config, self.store.runs())
                 if to_stop:
                     self.store.request_stop(to_stop)
-                if self.store.run(run_id).stop_requested:
+                if self.store.stop_requested(run_id):
                     print(f"agent: early_terminate stops run {run_id} (SIGTERM)", flush=True)
                     proc.send_signal(signal.SIGTERM)
                     sigterm_at = time.monotonic()
             elif sigterm_at is not None and time.monotonic() - sigterm_at > KILL_DELAY_S:
                 proc.kill()
+            if self.signum is not None and sigterm_at is None:
+                sigterm_at = time.monotonic()  # forwarded by _on_signal: SIGKILL after the delay
             time.sleep(POLL_S)
 
     def _read_metrics(self, run_id: str, path: Path, offset: int, epochs: int) -> tuple[int, int]:

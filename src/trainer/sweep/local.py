@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from trainer.sweep import report
-from trainer.sweep.agent import new_id, sweep_dir
+from trainer.sweep.agent import UnknownSweep, join_command, new_id, sweep_dir
 from trainer.sweep.store import SweepStore
 
 
@@ -68,10 +68,7 @@ def run_sweep(
     else:
         directory = sweep_dir(root, sweep_id)
         if not (directory / "sweep.db").is_file():
-            raise FileNotFoundError(
-                f"hydra.sweeper.sweep_id={sweep_id}: no local sweep at {directory}; "
-                "list them with python -m trainer.sweep ls, or drop sweep_id to start a new one."
-            )
+            raise UnknownSweep("hydra.sweeper.sweep_id", sweep_id, root)
         store = SweepStore(directory / "sweep.db")
         lost = store.mark_lost_runs()
         print(
@@ -81,13 +78,16 @@ def run_sweep(
         )
     store.set("state", "running")
     print(
-        f"sweep {sweep_id}: join from another terminal with python -m trainer.agent {sweep_id}",
+        f"sweep {sweep_id}: join from another terminal with {join_command(sweep_id, root)}",
         flush=True,
     )
     argv = _agent_argv(sweep_id, root, count, rerun_crashed, max_consecutive_failures)
     env = {**os.environ, "TRAINER_OUTPUT_DIR": str(root)}
     procs = [subprocess.Popen(argv, env=env) for _ in range(max(agents, 1))]
-    codes = [p.wait() for p in procs]
+    try:
+        codes = [p.wait() for p in procs]
+    except KeyboardInterrupt:  # Ctrl-C reached the agents too: each stops and records its trial
+        codes = [p.wait() for p in procs]
     gave_up = any(code != 0 for code in codes)
     running = [r for r in store.runs() if r.state == "running"]
     store.set("state", "failed" if gave_up else ("running" if running else "finished"))

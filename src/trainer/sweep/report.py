@@ -11,6 +11,7 @@ import yaml
 
 from trainer.sweep import engine
 from trainer.sweep.agent import fixed_overrides
+from trainer.sweep.distributions import LOG_SCALE
 from trainer.sweep.store import SweepStore
 
 
@@ -148,18 +149,6 @@ def print_leaderboard(res: dict[str, Any]) -> None:
         )
 
 
-_LOG_DISTRIBUTIONS = {
-    "log_uniform",
-    "log_uniform_values",
-    "q_log_uniform",
-    "q_log_uniform_values",
-    "inv_log_uniform",
-    "inv_log_uniform_values",
-    "log_normal",
-    "q_log_normal",
-}
-
-
 def plot(store: SweepStore, res: dict[str, Any], path: Path) -> Path:
     """sweep.png: metric vs each swept parameter (log axis for log distributions) and the
     metric over time, best run marked."""
@@ -183,7 +172,7 @@ def plot(store: SweepStore, res: dict[str, Any], path: Path) -> Path:
         for e, x in zip(rows, labels, strict=True):
             if e["id"] == best:
                 ax.scatter([x], [e["metric"]], marker="*", s=160, color="red", label="best")
-        if numeric and config["parameters"][key].get("distribution") in _LOG_DISTRIBUTIONS:
+        if numeric and config["parameters"][key].get("distribution") in LOG_SCALE:
             ax.set_xscale("log")
         ax.set_xlabel(key)
         ax.set_ylabel(name)

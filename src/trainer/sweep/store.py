@@ -159,8 +159,13 @@ class SweepStore:
         db.row_factory = sqlite3.Row
         try:
             rows = db.execute(f"SELECT * FROM runs {where} ORDER BY seq", args).fetchall()
+            ids = [r["id"] for r in rows]
+            query, query_args = "SELECT run_id, data FROM metrics", ()
+            if where:  # only the selected runs' histories
+                query += f" WHERE run_id IN ({', '.join('?' * len(ids))})"
+                query_args = tuple(ids)
             hist: dict[str, list[dict]] = {}
-            for r in db.execute("SELECT run_id, data FROM metrics ORDER BY run_id, step"):
+            for r in db.execute(f"{query} ORDER BY run_id, step", query_args) if ids else ():
                 hist.setdefault(r["run_id"], []).append(json.loads(r["data"]))
         finally:
             db.row_factory = None
@@ -182,6 +187,13 @@ class SweepStore:
         if not found:
             raise KeyError(f"no run {run_id!r} in sweep store {self.path}")
         return found[0]
+
+    def stop_requested(self, run_id: str) -> bool:
+        """Whether the run is asked to stop (one column, for the agent's poll)."""
+        row = self._db.execute("SELECT stop_requested FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise KeyError(f"no run {run_id!r} in sweep store {self.path}")
+        return bool(row[0])
 
     def claim(
         self,

@@ -12,15 +12,8 @@ from hydra.core.override_parser.types import (
     RangeSweep,
 )
 
-# W&B distributions defined by min/max alone: `tag(<name>, interval(a, b))` selects one of them.
-MIN_MAX_DISTRIBUTIONS = (
-    "int_uniform",
-    "uniform",
-    "log_uniform",
-    "log_uniform_values",
-    "inv_log_uniform",
-    "inv_log_uniform_values",
-)
+from trainer.sweep.distributions import MIN_MAX, grid_points
+
 # The top-level keys of a W&B sweep configuration that the sweeper config carries.
 SWEEP_KEYS = ("name", "description", "method", "metric", "early_terminate", "run_cap")
 # Command-line overrides that concern the sweep itself, not the trials.
@@ -59,11 +52,11 @@ def spec_from_override(override: Override) -> dict[str, Any]:
             return {"distribution": "uniform", "min": float(start), "max": float(end)}
         if tags == {"log"}:
             return {"distribution": "log_uniform_values", "min": start, "max": end}
-        if len(tags) == 1 and next(iter(tags)) in MIN_MAX_DISTRIBUTIONS:
+        if len(tags) == 1 and next(iter(tags)) in MIN_MAX:
             return {"distribution": next(iter(tags)), "min": start, "max": end}
         raise TranslationError(
             f"{override.input_line}: tag(...) of an interval must be `log` or one of the W&B "
-            f"distributions defined by min/max ({', '.join(MIN_MAX_DISTRIBUTIONS)}); "
+            f"distributions defined by min/max ({', '.join(MIN_MAX)}); "
             "write the others (q_*, normal, beta...) in the sweep config's `parameters`."
         )
     raise TranslationError(f"{override.input_line}: not a sweep override")
@@ -124,10 +117,7 @@ def run_count(config: dict[str, Any]) -> int | str:
     cap = config.get("run_cap")
     if config.get("method") == "grid":
         size = 1
-        for spec in config.get("parameters", {}).values():
-            if "values" in spec:
-                size *= len(spec["values"])
-            elif spec.get("distribution") == "int_uniform":
-                size *= int(spec["max"]) - int(spec["min"]) + 1
+        for spec in flatten_parameters(config.get("parameters", {})).values():
+            size *= grid_points(spec)
         return min(size, cap) if cap else size
     return cap if cap else "unbounded"

@@ -10,23 +10,7 @@ from typing import Any
 
 from trainer.config import ConfigError
 from trainer.metrics import EPOCH_METRICS
-
-# Distributions W&B's grid search can enumerate.
-GRID_DISTRIBUTIONS = ("constant", "categorical", "int_uniform", "q_uniform")
-POSITIVE_MIN = ("log_uniform_values", "q_log_uniform_values", "inv_log_uniform_values")
-
-
-def distribution(spec: dict[str, Any]) -> str:
-    """The W&B distribution of a parameter spec, inferred as W&B infers it."""
-    if "distribution" in spec:
-        return spec["distribution"]
-    if "value" in spec:
-        return "constant"
-    if "values" in spec:
-        return "categorical_w_probabilities" if "probabilities" in spec else "categorical"
-    if isinstance(spec.get("min"), int) and isinstance(spec.get("max"), int):
-        return "int_uniform"
-    return "uniform"
+from trainer.sweep.distributions import GRID, POSITIVE_MIN, distribution
 
 
 def _parameter_problems(
@@ -43,7 +27,7 @@ def _parameter_problems(
         ]
     problems = []
     dist = distribution(spec)
-    if method == "grid" and dist not in GRID_DISTRIBUTIONS + ("categorical_w_probabilities",):
+    if method == "grid" and dist not in GRID + ("categorical_w_probabilities",):
         problems.append(
             f"parameter {key}: grid search cannot enumerate the continuous distribution {dist}; "
             "give it `values: [...]` or use method: random or bayes"
@@ -139,9 +123,14 @@ def sweep_problems(
     return list(dict.fromkeys(problems))
 
 
-def check_sweep(config: dict[str, Any], keys: Iterable[str], groups: dict[str, list[str]]) -> None:
-    """Raise ConfigError listing every problem of `config`."""
-    problems = sweep_problems(config, keys, groups)
+def check_sweep(
+    config: dict[str, Any],
+    keys: Iterable[str],
+    groups: dict[str, list[str]],
+    more: Iterable[str] = (),
+) -> None:
+    """Raise ConfigError listing every problem of `config`, and the `more` found elsewhere."""
+    problems = [*sweep_problems(config, keys, groups), *more]
     if problems:
         listed = "; ".join(f"({i}) {p}" for i, p in enumerate(problems, 1))
         raise ConfigError(

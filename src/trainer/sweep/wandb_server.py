@@ -76,7 +76,7 @@ def preflight(url: str | None = None) -> None:
 def agent_command(path: str, count: int | None) -> list[str]:
     """The `wandb agent` command line one agent process runs."""
     command = [sys.executable, "-m", "wandb", "agent"]
-    if count:
+    if count is not None:
         command += ["--count", str(count)]
     return [*command, path]
 
