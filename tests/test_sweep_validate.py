@@ -145,3 +145,12 @@ def test_all_problems_are_reported_at_once():
         "did you mean data.batch_size?",
     ):
         assert part in message
+
+
+def test_schema_violations_name_the_offending_key():
+    from trainer.sweep.validate import schema_problems
+
+    problems = schema_problems(
+        {"method": "random", "parameters": {"optimizer.lr": {"values": [0.1]}}, "run_cap": 0}
+    )
+    assert any(p.startswith("run_cap: ") for p in problems), problems

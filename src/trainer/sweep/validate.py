@@ -82,7 +82,7 @@ def schema_problems(config: dict[str, Any]) -> list[str]:
     with warnings.catch_warnings():  # pydantic's notice about the sweeps package's own config
         warnings.simplefilter("ignore", UserWarning)
         from jsonschema import ValidationError
-        from sweeps.config.cfg import schema_violations_from_proposed_config
+        from sweeps.config.cfg import schema_violations_from_proposed_config, validator
         from sweeps.config.schema import check_for_deprecated_distributions
 
     notes = set()
@@ -93,7 +93,15 @@ def schema_problems(config: dict[str, Any]) -> list[str]:
             notes.add(str(note))
         except ValidationError:  # malformed: the schema check below reports it
             continue
-    return [m for m in schema_violations_from_proposed_config(config) if m not in notes]
+    # The package returns bare messages; name the offending key where the schema knows it.
+    where = {
+        e.message: ".".join(str(p) for p in e.absolute_path) for e in validator.iter_errors(config)
+    }
+    return [
+        f"{where[m]}: {m}" if where.get(m) else m
+        for m in schema_violations_from_proposed_config(config)
+        if m not in notes
+    ]
 
 
 def sweep_problems(
