@@ -14,17 +14,7 @@ import pytest
 from trainer.sweep.local import run_sweep
 from trainer.sweep.store import SweepStore
 
-BASE = [
-    "${env}",
-    "${interpreter}",
-    "-m",
-    "trainer",
-    "${args_no_hyphens}",
-    "compile=off",
-    "logger=none",
-    "model=small_cnn",
-    "data=digits",
-]
+from .sweep_commands import TRIAL
 
 
 def _config(method, parameters, tail, **extra):
@@ -32,7 +22,7 @@ def _config(method, parameters, tail, **extra):
         "method": method,
         "metric": {"name": "val/acc", "goal": "maximize"},
         "parameters": parameters,
-        "command": [*BASE, *tail],
+        "command": [*TRIAL, *tail],
         **extra,
     }
 
@@ -98,7 +88,7 @@ run_sweep(config, root=sys.argv[1], agents=2)
 
 
 def test_kill_9_then_resume_loses_and_repeats_nothing(tmp_path):
-    command = [*BASE, "trainer.max_epochs=1", "trainer.max_steps=2"]
+    command = [*TRIAL, "trainer.max_epochs=1", "trainer.max_steps=2"]
     sweeper = subprocess.Popen(
         [sys.executable, "-c", SWEEPER % (command,), str(tmp_path)],
         stdout=subprocess.DEVNULL,

@@ -10,19 +10,9 @@ from trainer.sweep import report
 from trainer.sweep.__main__ import main as sweep_cli
 from trainer.sweep.local import run_sweep, write_sweep_yaml
 
-COMMAND = [
-    "${env}",
-    "${interpreter}",
-    "-m",
-    "trainer",
-    "${args_no_hyphens}",
-    "compile=off",
-    "logger=none",
-    "trainer.max_epochs=1",
-    "trainer.max_steps=4",
-    "model=small_cnn",
-    "data=digits",
-]
+from .sweep_commands import TRIAL
+
+COMMAND = [*TRIAL, "trainer.max_epochs=1", "trainer.max_steps=4"]
 
 
 def _config(method, parameters, **extra):

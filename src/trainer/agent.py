@@ -29,6 +29,11 @@ def main(argv: list[str] | None = None) -> int:
         default=5,
         help="give up after this many failed runs in a row",
     )
+    parser.add_argument(
+        "--no-report",
+        action="store_true",
+        help="do not refresh results.json / best.yaml nor print the leaderboard at the end",
+    )
     args = parser.parse_args(argv)
     try:
         agent = LocalAgent(
@@ -40,7 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     except UnknownSweep as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    return agent.run(args.count)
+    code = agent.run(args.count)
+    if not args.no_report:  # the sweep's files now include this agent's runs
+        from trainer.sweep import report
+
+        report.print_leaderboard(report.write(agent.store, agent.sweep_id, agent.dir))
+    return code
 
 
 if __name__ == "__main__":

@@ -210,6 +210,11 @@ class LocalAgent:
                 rerun_crashed=self.rerun_crashed,
             )
             if run is None:
+                print(
+                    f"agent: sweep {self.sweep_id} has no more runs to hand out "
+                    f"({done} run(s) by this agent)",
+                    flush=True,
+                )
                 break
             state = self._run_trial(run)
             done += 1

@@ -33,6 +33,7 @@ def _agent_argv(
         str(root),
         "--max-consecutive-failures",
         str(max_consecutive_failures),
+        "--no-report",  # run_sweep reports once, after all its agents
     ]
     if count is not None:
         argv += ["--count", str(count)]
