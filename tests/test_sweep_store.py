@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from trainer.sweep import engine
 from trainer.sweep.agent import new_id
@@ -150,3 +151,22 @@ def test_one_run_reads_only_its_own_history_and_the_stop_flag(tmp_path):
     assert store.stop_requested("a") is False
     store.request_stop(["a"])
     assert store.stop_requested("a") is True and store.run("a").stop_requested
+
+
+def test_a_killed_agent_lingering_as_a_zombie_counts_as_gone():
+    import signal
+    import subprocess
+    import time
+
+    from trainer.sweep.store import _pid_alive
+
+    proc = subprocess.Popen(["sleep", "30"])
+    assert _pid_alive(proc.pid)
+    proc.send_signal(signal.SIGKILL)
+    # Not reaped (no wait/poll here): a zombie, as when the agent's parent was killed too.
+    deadline = time.monotonic() + 10
+    while _pid_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _pid_alive(proc.pid)
+    assert Path(f"/proc/{proc.pid}").exists()  # still in the process table
+    proc.wait()

@@ -94,7 +94,11 @@ def _pid_alive(pid: int | None) -> bool:
         return False
     except PermissionError:  # exists, owned by someone else
         return True
-    return True
+    try:  # a killed agent whose parent died too may linger as a zombie until it is reaped
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc (not Linux): trust the signal check
+    return state not in ("Z", "X")
 
 
 def _kill_orphan(pid: int | None, run_id: str) -> None:
