@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 
-from trainer.__main__ import _conf_dir
+from trainer.__main__ import conf_dir
 from trainer.config import TrainConfig, validate
 from trainer.data import build_data
 from trainer.loop import sync
@@ -48,7 +48,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def model_overrides(name: str) -> list[str]:
     """A conf/model group by that name, else a torchvision model configured like resnet18."""
-    if (Path(_conf_dir()) / "model" / f"{name}.yaml").is_file():
+    if (Path(conf_dir()) / "model" / f"{name}.yaml").is_file():
         return [f"model={name}"]
     return ["model=resnet18", f"model.name={name}"]
 
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> float:
         sys.exit("error: --device cuda but torch sees no CUDA device; use --device cpu.")
     if args.epochs < 2:
         sys.exit("error: --epochs must be >= 2 (the first epoch pays for compilation).")
-    with initialize_config_dir(config_dir=_conf_dir(), version_base="1.3"):
+    with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
         cfg = compose(config_name="train", overrides=overrides(args))
     conf = validate(cfg)
     trainer, bare = [], []

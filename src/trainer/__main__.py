@@ -10,7 +10,7 @@ import hydra
 from omegaconf import DictConfig
 
 
-def _conf_dir() -> str:
+def conf_dir() -> str:
     """conf/ at the repository root (editable install), or packaged beside this module."""
     here = Path(__file__).resolve().parent
     for candidate in (here / "conf", here.parents[1] / "conf"):
@@ -21,7 +21,7 @@ def _conf_dir() -> str:
     )
 
 
-@hydra.main(version_base="1.3", config_path=_conf_dir(), config_name="train")
+@hydra.main(version_base="1.3", config_path=conf_dir(), config_name="train")
 def main(cfg: DictConfig) -> float | None:
     from trainer.compile import CompileError
     from trainer.config import ConfigError

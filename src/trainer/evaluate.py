@@ -14,7 +14,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from trainer.__main__ import _conf_dir
+from trainer.__main__ import conf_dir
 from trainer.config import ConfigError, EvalConfig, TrainConfig, TrainerConfig, validate
 
 
@@ -149,7 +149,7 @@ def evaluate_checkpoint(cfg: DictConfig, *, run_dir: str | Path | None = None) -
     return report
 
 
-@hydra.main(version_base="1.3", config_path=_conf_dir(), config_name="evaluate")
+@hydra.main(version_base="1.3", config_path=conf_dir(), config_name="evaluate")
 def main(cfg: DictConfig) -> None:
     try:
         evaluate_checkpoint(cfg)

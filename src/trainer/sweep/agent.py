@@ -28,9 +28,9 @@ def output_root() -> Path:
     """Where sweeps live by default: conf/paths/default.yaml's output_dir, resolved."""
     from omegaconf import OmegaConf
 
-    from trainer.__main__ import _conf_dir
+    from trainer.__main__ import conf_dir
 
-    return Path(OmegaConf.load(Path(_conf_dir()) / "paths" / "default.yaml").output_dir)
+    return Path(OmegaConf.load(Path(conf_dir()) / "paths" / "default.yaml").output_dir)
 
 
 def sweep_dir(root: str | Path, sweep_id: str) -> Path:
