@@ -21,9 +21,9 @@ import torch
 import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 
-from trainer.__main__ import conf_dir
 from trainer.config import TrainConfig, validate
 from trainer.data import build_data
+from trainer.layout import conf_dir
 from trainer.loop import sync
 from trainer.models import build_model, input_spec
 from trainer.run import run

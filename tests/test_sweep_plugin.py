@@ -13,9 +13,9 @@ from hydra.plugins.sweeper import Sweeper
 from omegaconf import OmegaConf
 
 from tests.conftest import CONF, make_cfg, run_cli
+from trainer.config import flatten
 from trainer.sweep.translate import build_sweep_config, run_count
 from trainer.sweep.validate import sweep_problems
-from trainer.tracking import flatten
 
 SWEEPS = sorted(p.stem for p in (CONF / "sweep").glob("*.yaml"))
 TINY = ["compile=off", "logger=none", "trainer.max_epochs=1"]

@@ -4,21 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
-
-def conf_dir() -> str:
-    """conf/ at the repository root (editable install), or packaged beside this module."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "conf", here.parents[1] / "conf"):
-        if (candidate / "train.yaml").is_file():
-            return str(candidate)
-    raise SystemExit(
-        "compiled-trainer: cannot find its conf/ folder; reinstall with pip install -e ."
-    )
+from trainer.layout import conf_dir
 
 
 @hydra.main(version_base="1.3", config_path=conf_dir(), config_name="train")

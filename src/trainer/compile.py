@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from trainer.config import CompileConfig, ConfigError
+from trainer.errors import TrainerError
 
 log = logging.getLogger(__name__)
 
@@ -24,8 +25,10 @@ CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # modes that turn on CUD
 _RECOMPILE_LIMIT_LOGGER = "torch._dynamo.convert_frame"
 
 
-class CompileError(RuntimeError):
+class CompileError(TrainerError, RuntimeError):
     """Compilation stopped the run (recompile limit with compile.fail_on_recompile_limit)."""
+
+    exit_code = 1
 
 
 def valid_modes() -> list[str]:

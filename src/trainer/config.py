@@ -13,6 +13,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from trainer.errors import TrainerError
+
 PRECISIONS = ("32", "bf16-mixed", "16-mixed")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DATASETS = ("digits", "fake", "cifar10", "mnist", "fashion_mnist", "imagefolder")
@@ -23,8 +25,8 @@ STRATEGIES = ("single", "ddp")
 COMPILE_TARGETS = ("model", "blocks")
 
 
-class ConfigError(ValueError):
-    """A configuration problem; the message says which override fixes it."""
+class ConfigError(TrainerError, ValueError):
+    """A configuration problem; the message says which override fixes it (exit code 2)."""
 
 
 def _check(ok: bool, message: str) -> None:
@@ -43,6 +45,18 @@ def _one_of(key: str, value: Any, allowed: tuple[str, ...]) -> None:
 
 def _positive(key: str, value: float | int | None) -> None:
     _check(value is None or value > 0, f"{key} must be positive, got {value}; set {key}=<n > 0>.")
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}; lists stay values."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
 
 
 @dataclass

@@ -14,8 +14,8 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from trainer.__main__ import conf_dir
 from trainer.config import ConfigError, EvalConfig, TrainConfig, TrainerConfig, validate
+from trainer.layout import conf_dir
 
 
 def _eval_config(cfg: DictConfig) -> EvalConfig:

@@ -20,12 +20,12 @@ from omegaconf import DictConfig, OmegaConf
 from trainer import checkpoint as ckpt
 from trainer import compile as compiling
 from trainer import compile_auto, distributed
-from trainer.config import ConfigError, TrainConfig, TrainerConfig, validate
+from trainer.config import ConfigError, TrainConfig, TrainerConfig, flatten, validate
 from trainer.console import ProgressView, print_summary
 from trainer.data import build_data
 from trainer.loop import GracefulStop, Progress, evaluate, sync, train_epoch
 from trainer.models import build_model, check_name, input_spec
-from trainer.tracking import Tracker, flatten, start_tracker
+from trainer.tracking import Tracker, start_tracker
 
 log = logging.getLogger(__name__)
 

@@ -14,18 +14,6 @@ from trainer.config import ConfigError, LoggerConfig
 log = logging.getLogger(__name__)
 
 
-def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"a": {"b": 1}} -> {"a.b": 1}; lists stay values."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            flat.update(flatten(value, f"{name}."))
-        else:
-            flat[name] = value
-    return flat
-
-
 def sweep_params() -> dict[str, Any] | None:
     """The parameters a sweep agent handed this process ({key: value}), or None."""
     from trainer.sweep.trial_argv import sweep_param_values

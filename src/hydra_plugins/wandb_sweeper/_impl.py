@@ -10,11 +10,10 @@ from typing import Any
 from hydra.types import HydraContext
 from omegaconf import DictConfig, OmegaConf
 
-from trainer.config import ConfigError, validate
+from trainer.config import ConfigError, flatten, validate
 from trainer.sweep.local import write_sweep_yaml
 from trainer.sweep.translate import TranslationError, build_sweep_config, run_count
 from trainer.sweep.validate import check_sweep
-from trainer.tracking import flatten
 
 
 def config_keys(config: DictConfig) -> list[str]:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trainer.layout import default_output_root
 from trainer.sweep import engine
 from trainer.sweep.store import RunRecord, SweepStore
 
@@ -26,11 +27,7 @@ TAIL_LINES = 30  # log lines kept in the store for a run that did not finish
 
 def output_root() -> Path:
     """Where sweeps live by default: conf/paths/default.yaml's output_dir, resolved."""
-    from omegaconf import OmegaConf
-
-    from trainer.__main__ import conf_dir
-
-    return Path(OmegaConf.load(Path(conf_dir()) / "paths" / "default.yaml").output_dir)
+    return default_output_root()
 
 
 def sweep_dir(root: str | Path, sweep_id: str) -> Path:

@@ -1,0 +1,127 @@
+"""Where things live: the project's conf/ folder, and the files of a run directory and of a
+sweep directory. Every file name is spelled here and nowhere else."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def conf_dir() -> str:
+    """conf/ at the repository root (editable install), or packaged beside this package."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "conf", here.parents[1] / "conf"):
+        if (candidate / "train.yaml").is_file():
+            return str(candidate)
+    raise SystemExit(
+        "compiled-trainer: cannot find its conf/ folder; reinstall with pip install -e ."
+    )
+
+
+def default_output_root() -> Path:
+    """Where runs and sweeps go by default: conf/paths/default.yaml's output_dir, resolved."""
+    from omegaconf import OmegaConf
+
+    return Path(OmegaConf.load(Path(conf_dir()) / "paths" / "default.yaml").output_dir)
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """The files of one run directory (a Hydra run dir, or a sweep trial's runs/<id>/)."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def last(self) -> Path:
+        return self.checkpoints / "last.pt"
+
+    @property
+    def best(self) -> Path:
+        return self.checkpoints / "best.pt"
+
+    def checkpoint(self, name: str) -> Path:
+        return self.checkpoints / name
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "summary.json"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics.jsonl"
+
+
+@dataclass(frozen=True)
+class SweepLayout:
+    """The files of one local sweep directory (`hydra.sweep.dir`, or <output>/sweeps/<id>/)."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    @classmethod
+    def under(cls, output_root: str | Path, sweep_id: str) -> SweepLayout:
+        """The default place of a sweep: <output root>/sweeps/<sweep id>/."""
+        return cls(Path(output_root) / "sweeps" / sweep_id)
+
+    @staticmethod
+    def sweeps_dir(output_root: str | Path) -> Path:
+        return Path(output_root) / "sweeps"
+
+    @property
+    def db(self) -> Path:
+        return self.root / "sweep.db"
+
+    @property
+    def yaml(self) -> Path:
+        return self.root / "sweep.yaml"
+
+    @property
+    def results(self) -> Path:
+        return self.root / "results.json"
+
+    @property
+    def best(self) -> Path:
+        return self.root / "best.yaml"
+
+    @property
+    def plot(self) -> Path:
+        return self.root / "sweep.png"
+
+    def run(self, run_id: str) -> RunLayout:
+        return RunLayout(self.root / "runs" / run_id)
+
+    def log(self, run_id: str) -> Path:
+        return self.root / "logs" / f"{run_id}.log"
+
+    def params(self, run_id: str) -> Path:
+        return self.root / "params" / f"{run_id}.yaml"
+
+    def exists(self) -> bool:
+        return self.db.is_file()
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file and a rename, so a reader (another agent,
+    a crash) sees the old file or the new one, never half of it."""
+    import os
+    import tempfile
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
