@@ -1,22 +1,26 @@
-"""Thin wrapper around W&B's `sweeps` engine: the next run and hyperband stop decisions from
-the store's run history, with suggested values turned into plain Python."""
+"""The sweep engine with W&B's classic semantics (trainer.sweep.methods, a port of W&B's
+`sweeps` 0.3.0): the next run and hyperband stop decisions from the store's run history, with
+suggested values turned into plain Python."""
 
 from __future__ import annotations
 
 import warnings
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import numpy as np
 
+from trainer.sweep import methods
 from trainer.sweep.store import RunRecord
 
 
-def _sweeps():
-    """The `sweeps` package, imported without its pydantic-v1 spelling warning."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Valid config keys", category=UserWarning)
-        import sweeps
-    return sweeps
+def engine_name() -> str:
+    """Which engine decides a local sweep's runs, as results.json records it."""
+    try:
+        release = version("compiled-trainer")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        release = "source"
+    return f"compiled-trainer {release} (W&B sweeps 0.3.0 semantics)"
 
 
 # Our store's states in the engine's vocabulary (W&B shows a stopped run as finished+stopped).
@@ -52,8 +56,8 @@ def metric_value(run: RunRecord, metric: dict | None) -> float | None:
     return None
 
 
-def to_sweep_run(run: RunRecord):
-    return _sweeps().SweepRun(
+def to_sweep_run(run: RunRecord) -> methods.SweepRun:
+    return methods.SweepRun(
         name=run.id,
         state=_ENGINE_STATE.get(run.state, "finished"),
         config={k: {"value": v} for k, v in run.params.items()},
@@ -65,13 +69,31 @@ def to_sweep_run(run: RunRecord):
     )
 
 
+def target_reached(config: dict, runs: list[RunRecord]) -> bool:
+    """Whether any run reached `metric.target`: W&B then ends the sweep (no further runs)."""
+    metric = config.get("metric") or {}
+    target = metric.get("target")
+    if target is None:
+        return False
+    maximize = metric.get("goal") == "maximize"
+    for run in runs:
+        value = metric_value(run, metric)
+        if isinstance(value, int | float) and (value >= target if maximize else value <= target):
+            return True
+    return False
+
+
 def next_params(config: dict, runs: list[RunRecord]) -> tuple[dict, dict | None] | None:
     """The next parameters to try, or None when the sweep is exhausted (grid done, run_cap)."""
-    sweeps = _sweeps()
     cap = config.get("run_cap")
     if cap is not None and len(runs) >= cap:
         return None
-    suggestion = sweeps.next_run(config, [to_sweep_run(r) for r in runs], validate=False)
+    if target_reached(config, runs):
+        return None
+    with warnings.catch_warnings():  # scikit-learn's GP notices are not the user's business
+        warnings.filterwarnings("ignore", module="sklearn")
+        warnings.filterwarnings("ignore", module="scipy")
+        suggestion = methods.next_run(config, [to_sweep_run(r) for r in runs], validate=False)
     if suggestion is None:
         return None
     params = {k: plain(v["value"]) for k, v in suggestion.config.items()}
@@ -82,10 +104,9 @@ def runs_to_stop(config: dict, runs: list[RunRecord]) -> list[str]:
     """Ids of running runs that the sweep's early_terminate (hyperband) stops now."""
     if not config.get("early_terminate") or not config.get("metric"):
         return []
-    sweeps = _sweeps()
     active = [r for r in runs if r.state == "running" and not r.stop_requested]
     if not active:
         return []
-    stop = sweeps.stop_runs(config, [to_sweep_run(r) for r in runs], validate=False)
+    stop = methods.stop_runs(config, [to_sweep_run(r) for r in runs], validate=False)
     wanted = {r.id for r in active}
     return [s.name for s in stop if s.name in wanted]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import difflib
 import math
-import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -77,13 +76,15 @@ def _parameter_problems(
 
 
 def schema_problems(config: dict[str, Any]) -> list[str]:
-    """The `sweeps` package's schema violations, less its notes on the older log distributions
-    (log_uniform & co. take exponents; W&B still accepts and runs them)."""
-    with warnings.catch_warnings():  # pydantic's notice about the sweeps package's own config
-        warnings.simplefilter("ignore", UserWarning)
-        from jsonschema import ValidationError
-        from sweeps.config.cfg import schema_violations_from_proposed_config, validator
-        from sweeps.config.schema import check_for_deprecated_distributions
+    """The violations of W&B's sweep schema (as W&B's engine reports them), less its notes on
+    the older log distributions (log_uniform & co. take exponents; W&B still runs them)."""
+    from jsonschema import ValidationError
+
+    from trainer.sweep.methods.schema import (
+        check_for_deprecated_distributions,
+        schema_violations_from_proposed_config,
+        validator,
+    )
 
     notes = set()
     for name, spec in (config.get("parameters") or {}).items():
