@@ -78,10 +78,10 @@ def _parameter_problems(
 def schema_problems(config: dict[str, Any]) -> list[str]:
     """The violations of W&B's sweep schema (as W&B's engine reports them), less its notes on
     the older log distributions (log_uniform & co. take exponents; W&B still runs them)."""
-    from jsonschema import ValidationError
-
+    from trainer.sweep.methods.params import PARAM_DEPRECATION_MAP
     from trainer.sweep.methods.schema import (
-        check_for_deprecated_distributions,
+        ParamValidationError,
+        fill_parameter,
         schema_violations_from_proposed_config,
         validator,
     )
@@ -89,11 +89,11 @@ def schema_problems(config: dict[str, Any]) -> list[str]:
     notes = set()
     for name, spec in (config.get("parameters") or {}).items():
         try:
-            check_for_deprecated_distributions(name, spec)
-        except ValueError as note:
-            notes.add(str(note))
-        except ValidationError:  # malformed: the schema check below reports it
+            kind = (fill_parameter(name, spec) or (None,))[0]
+        except (ParamValidationError, ValueError):  # nested block, or min >= max: reported below
             continue
+        if kind in PARAM_DEPRECATION_MAP:
+            notes.add(f"{name} {PARAM_DEPRECATION_MAP[kind]}")
     # The package returns bare messages; name the offending key where the schema knows it.
     where = {
         e.message: ".".join(str(p) for p in e.absolute_path) for e in validator.iter_errors(config)
