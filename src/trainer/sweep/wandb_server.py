@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -25,16 +28,38 @@ def base_url() -> str:
     return os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL
 
 
-def api_key_present(url: str) -> bool:
-    """An API key in WANDB_API_KEY or in ~/.netrc for the server's host (what `wandb login` writes)."""
-    if os.environ.get("WANDB_API_KEY"):
-        return True
-    from wandb.sdk.lib.wbauth.wbnetrc import read_netrc_auth
+@contextlib.contextmanager
+def _quiet_online(url: str) -> Iterator[None]:
+    """wandb set up online for `url` and silenced (login prints its notices), then restored."""
+    import wandb
+
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        before = wandb.setup().settings
+        mode, previous_url = before.mode, before.base_url
+        # wandb.login refuses to look for credentials while the process is in offline mode.
+        wandb.setup(settings=wandb.Settings(mode="online", base_url=url))
+        try:
+            yield
+        finally:
+            wandb.setup(settings=wandb.Settings(mode=mode, base_url=previous_url))
+
+
+def api_key_present(url: str, *, verify: bool = False) -> bool:
+    """Whether wandb finds an API key for `url` where `wandb login` and W&B users keep it:
+    WANDB_API_KEY, W&B's settings file (api_key) or ~/.netrc. With `verify`, the server must
+    also accept it. A malformed or refused key raises ServerUnavailable naming the fix."""
+    import wandb
+    from wandb.errors import AuthenticationError
 
     try:
-        return bool(read_netrc_auth(host=url))
-    except (OSError, ValueError):  # no or unreadable ~/.netrc
-        return False
+        with _quiet_online(url):
+            return bool(wandb.login(verify=verify, prompt=False))
+    except AuthenticationError as error:
+        raise ServerUnavailable(
+            f"hydra.sweeper.backend=wandb: the W&B API key for {url} is not valid ({error}). "
+            "Fix WANDB_API_KEY or run `wandb login --relogin` (or use hydra.sweeper.backend=local "
+            "to sweep offline)."
+        ) from None
 
 
 def reachable(url: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
@@ -62,8 +87,8 @@ def preflight(url: str | None = None) -> None:
     url = url or base_url()
     if not api_key_present(url):
         raise ServerUnavailable(
-            f"hydra.sweeper.backend=wandb needs a W&B API key for {url}: run `wandb login` or "
-            "set WANDB_API_KEY (or use hydra.sweeper.backend=local to sweep offline)."
+            f"hydra.sweeper.backend=wandb needs a W&B API key for {url}: run `wandb login`, "
+            "set WANDB_API_KEY or api_key in W&B's settings file (or use hydra.sweeper.backend=local to sweep offline)."
         )
     if not reachable(url):
         raise ServerUnavailable(
