@@ -15,7 +15,8 @@ import torch
 
 from tests.conftest import ROOT, make_cfg, run_cli
 from trainer.config import ConfigError
-from trainer.run import resolve_precision, run
+from trainer.devices import resolve_precision
+from trainer.run import run
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import torch
 import torchvision
 from torch import nn
 
-from trainer import compile as compiling
+from trainer import compiling
 from trainer.config import CompileConfig, ConfigError, validate
 from trainer.models import SmallCNN
 
@@ -177,7 +177,7 @@ def test_explain_and_fullgraph_check_leave_training_untouched():
 
 
 def test_reduce_overhead_on_cpu_is_said_visibly(caplog):
-    with caplog.at_level(logging.WARNING, logger="trainer.compile"):
+    with caplog.at_level(logging.WARNING, logger="trainer.compiling"):
         notes = compiling.check_hardware(CompileConfig(mode="reduce-overhead"), torch.device("cpu"))
     assert notes and "CUDA graphs" in notes[0] and "CUDA graphs" in caplog.text
 
@@ -244,7 +244,7 @@ def test_recompile_limit_is_loud_and_can_be_an_error(caplog):
     # config.patch restores the option on exit (monkeypatch would hide it from Dynamo)
     with torch._dynamo.config.patch(recompile_limit=2):
         model = compiling.apply_compile(_tiny(), compile_config=_cfg(dynamic=False))
-        with caplog.at_level(logging.WARNING, logger="trainer.compile"):
+        with caplog.at_level(logging.WARNING, logger="trainer.compiling"):
             for batch in range(1, 5):
                 model(torch.randn(batch, 4))
         assert compiling.compile_stats()["recompile_limit_hit"]
@@ -285,7 +285,7 @@ def test_tracker_summary_is_flat_and_keeps_the_auto_figures():
 def test_auto_measurement_leaves_the_model_and_the_rng_untouched():
     from torch.utils.data import DataLoader, TensorDataset
 
-    from trainer import compile_auto
+    from trainer.compiling import auto as compile_auto
 
     data = TensorDataset(torch.randn(32, 4), torch.randint(0, 3, (32,)))
     model = _tiny()
