@@ -44,6 +44,22 @@ def test_bad_input_is_one_clear_paragraph(args, key, tmp_path):
         assert "Available options" in proc.stderr  # Hydra lists the valid options
 
 
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("compile.options={epilogue_fusoin: true}", "compile.options"),
+        ("compile.mode=fast", "compile.mode='fast'"),
+    ],
+)
+def test_compile_typos_exit_2_before_anything_is_built(override, key, tmp_path):
+    proc = run_cli("logger=none", override, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr + proc.stdout
+    error = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and key in error[0]
+    assert not (tmp_path / "outputs").exists() or not list((tmp_path / "outputs").rglob("*.pt"))
+
+
 def test_bf16_where_the_device_cannot(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a, **k: "Tesla T4")

@@ -68,9 +68,7 @@ _CACHE_DIR = (
 
 @dataclass
 class PathsConfig:
-    output_dir: str = (
-        _OUTPUT_DIR  # Hydra run and multirun trees, sweep stores ($TRAINER_OUTPUT_DIR)
-    )
+    output_dir: str = _OUTPUT_DIR  # runs, multiruns, sweeps ($TRAINER_OUTPUT_DIR)
     data_dir: str = _DATA_DIR  # default root of torchvision data sets ($TRAINER_DATA_DIR)
     cache_dir: str = _CACHE_DIR  # compile caches shared by every run ($TRAINER_CACHE_DIR)
 
@@ -83,9 +81,7 @@ class DataConfig:
     batch_size: int = 64  # samples per optimizer step, over all ranks (ddp: divisible by them)
     eval_batch_size: int | None = None  # samples per evaluation step, over all ranks
     num_workers: int = 0  # DataLoader worker processes (0: load in the main process)
-    val_fraction: float = (
-        0.2  # share held out for validation where the set has no split (deterministic)
-    )
+    val_fraction: float = 0.2  # share held out where the set has no split
     split_seed: int = 0  # seed of the train/val split, independent of trainer.seed
     num_samples: int = 1024  # fake: training images (validation gets a quarter)
     image_shape: list[int] = field(default_factory=lambda: [3, 32, 32])  # fake: C, H, W
@@ -111,9 +107,7 @@ class DataConfig:
 @dataclass
 class ModelConfig:
     name: str = "small_cnn"  # built-in name or any torchvision classification model
-    in_channels: int | None = (
-        None  # channels the model expects; the data is converted (None: its own)
-    )
+    in_channels: int | None = None  # channels fed to the model (None: the data's)
     image_size: int | None = None  # square input size in pixels; inputs are resized (None: native)
     width: int = 32  # small_cnn: channels of the first convolution (doubled in the second)
     kwargs: dict[str, Any] = field(default_factory=dict)  # extra keyword arguments of the builder
@@ -162,9 +156,7 @@ class CompileConfig:
     backend_module: str | None = None  # module imported first; it may register a custom backend
     dynamic: bool | None = None  # dynamic shapes: None lets Dynamo decide
     fullgraph: bool = False  # error on graph breaks
-    options: dict[str, Any] | None = (
-        None  # Inductor options, e.g. {epilogue_fusion: true}; mode=default only
-    )
+    options: dict[str, Any] | None = None  # Inductor options (mode=default only)
     cache_dir: str | None = None  # persistent Inductor/AOTAutograd caches (None: torch's default)
     target: str = "model"  # model: whole model | blocks: each repeated block, in place
     optimizer: bool = False  # compile the optimizer step too (learning rates become tensors)
@@ -195,9 +187,7 @@ class TrainerConfig:
     monitor: str = "val/acc"  # metric that selects best.pt and is returned to Hydra sweepers
     monitor_mode: str = "max"  # max | min
     log_every_n_steps: int = 10  # steps between progress refreshes
-    strategy: str = (
-        "single"  # single | ddp (torchrun --nproc_per_node=N -m trainer trainer.strategy=ddp)
-    )
+    strategy: str = "single"  # single | ddp (one process per device, torchrun)
 
     def __post_init__(self) -> None:
         _positive("trainer.max_epochs", self.max_epochs)
