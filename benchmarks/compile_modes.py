@@ -19,10 +19,11 @@ from pathlib import Path
 
 import torch
 
-from trainer.compile import apply_compile
-from trainer.compile_auto import timed_steps, train_step
+from trainer.compiling import apply_compile, torch_private
+from trainer.compiling.auto import timed_steps
 from trainer.config import CompileConfig, DataConfig, ModelConfig
 from trainer.data import build_data
+from trainer.loop import train_step
 from trainer.models import build_model, input_spec
 
 MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
@@ -74,7 +75,7 @@ def batches_for(args: argparse.Namespace, model: str, device: torch.device):
 def one_compile(args, model_name, data, batches, mode, device) -> tuple[float, float, int, int]:
     """Build a fresh model (compiled when `mode` is set), take its first step, then the steady
     steps. Returns (first step s, steady step s, graphs, recompiles after the first step)."""
-    from torch._dynamo.utils import counters
+    counters = torch_private.counters()
 
     torch.manual_seed(0)
     in_ch, height, _ = data.sample_shape
@@ -88,9 +89,11 @@ def one_compile(args, model_name, data, batches, mode, device) -> tuple[float, f
         apply_compile(model, compile_config=CompileConfig(mode=mode, backend=args.backend))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     feed = itertools.cycle(batches)
+    scaler = torch.amp.GradScaler(device.type, enabled=False)  # fp32, as training runs it
 
     def step() -> None:
-        train_step(model, optimizer, *next(feed))
+        x, y = next(feed)
+        train_step(model, optimizer, scaler, x, y, device=device, dtype=None, grad_clip=None)
 
     counters.clear()
     (first,) = timed_steps(step, 1, device)
@@ -103,27 +106,26 @@ def one_compile(args, model_name, data, batches, mode, device) -> tuple[float, f
 
 def measure(args, model_name, data, batches, mode, device, m: Measure) -> None:
     """One round of one variant: cold compile in a fresh cache, then a warm one."""
-    import torch._dynamo
-    from torch._dynamo.utils import counters
-    from torch._inductor.utils import clear_caches, fresh_cache
-
+    counters = torch_private.counters()
     if mode is None:
         first, steady, _, _ = one_compile(args, model_name, data, batches, None, device)
         m.samples_per_s.append(args.batch / steady)
         return
-    with fresh_cache():  # an empty Inductor/AOTAutograd cache dir, removed afterwards
-        torch._dynamo.reset()
+    with (
+        torch_private.fresh_inductor_cache()
+    ):  # an empty Inductor/AOTAutograd cache dir, removed afterwards
+        torch.compiler.reset()
         first, steady, m.graphs, m.recompiles = one_compile(
             args, model_name, data, batches, mode, device
         )
         m.cold_s.append(max(first - steady, 0.0))
         m.samples_per_s.append(args.batch / steady)
-        torch._dynamo.reset()
-        clear_caches()  # in-memory caches only: the on-disk cache stays warm
+        torch.compiler.reset()
+        torch_private.clear_inductor_memory_caches()  # in-memory caches only: the on-disk cache stays warm
         first, steady, _, _ = one_compile(args, model_name, data, batches, mode, device)
         m.warm_s.append(max(first - steady, 0.0))
         m.cache_hits = int(counters["inductor"].get("fxgraph_cache_hit", 0))
-    torch._dynamo.reset()
+    torch.compiler.reset()
 
 
 def table(results: dict[str, dict[str, Measure]], args, notes: list[str]) -> str:

@@ -78,9 +78,7 @@ def trainer_samples_per_s(cfg) -> float:
 
 def bare_samples_per_s(conf: TrainConfig, device: torch.device) -> float:
     """The same training by hand: plain DataLoader loop, SGD, torch.compile; last epoch timed."""
-    import torch._dynamo
-
-    torch._dynamo.reset()
+    torch.compiler.reset()
     torch.manual_seed(conf.trainer.seed)
     channels, size = input_spec(conf.model)
     data = build_data(

@@ -15,7 +15,8 @@ import torch
 
 from tests.conftest import ROOT, make_cfg, run_cli
 from trainer.config import ConfigError
-from trainer.run import resolve_precision, run
+from trainer.devices import resolve_precision
+from trainer.run import run
 
 
 @pytest.mark.parametrize(
@@ -41,6 +42,22 @@ def test_bad_input_is_one_clear_paragraph(args, key, tmp_path):
         assert len(error) == 1 and key in error[0]
     else:
         assert "Available options" in proc.stderr  # Hydra lists the valid options
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("compile.options={epilogue_fusoin: true}", "compile.options"),
+        ("compile.mode=fast", "compile.mode='fast'"),
+    ],
+)
+def test_compile_typos_exit_2_before_anything_is_built(override, key, tmp_path):
+    proc = run_cli("logger=none", override, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr + proc.stdout
+    error = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and key in error[0]
+    assert not (tmp_path / "outputs").exists() or not list((tmp_path / "outputs").rglob("*.pt"))
 
 
 def test_bf16_where_the_device_cannot(monkeypatch):

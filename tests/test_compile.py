@@ -11,7 +11,7 @@ import torch
 import torchvision
 from torch import nn
 
-from trainer import compile as compiling
+from trainer import compiling
 from trainer.config import CompileConfig, ConfigError, validate
 from trainer.models import SmallCNN
 
@@ -177,7 +177,7 @@ def test_explain_and_fullgraph_check_leave_training_untouched():
 
 
 def test_reduce_overhead_on_cpu_is_said_visibly(caplog):
-    with caplog.at_level(logging.WARNING, logger="trainer.compile"):
+    with caplog.at_level(logging.WARNING, logger="trainer.compiling"):
         notes = compiling.check_hardware(CompileConfig(mode="reduce-overhead"), torch.device("cpu"))
     assert notes and "CUDA graphs" in notes[0] and "CUDA graphs" in caplog.text
 
@@ -244,7 +244,7 @@ def test_recompile_limit_is_loud_and_can_be_an_error(caplog):
     # config.patch restores the option on exit (monkeypatch would hide it from Dynamo)
     with torch._dynamo.config.patch(recompile_limit=2):
         model = compiling.apply_compile(_tiny(), compile_config=_cfg(dynamic=False))
-        with caplog.at_level(logging.WARNING, logger="trainer.compile"):
+        with caplog.at_level(logging.WARNING, logger="trainer.compiling"):
             for batch in range(1, 5):
                 model(torch.randn(batch, 4))
         assert compiling.compile_stats()["recompile_limit_hit"]
@@ -285,7 +285,7 @@ def test_tracker_summary_is_flat_and_keeps_the_auto_figures():
 def test_auto_measurement_leaves_the_model_and_the_rng_untouched():
     from torch.utils.data import DataLoader, TensorDataset
 
-    from trainer import compile_auto
+    from trainer.compiling import auto as compile_auto
 
     data = TensorDataset(torch.randn(32, 4), torch.randint(0, 3, (32,)))
     model = _tiny()
@@ -305,3 +305,129 @@ def test_auto_measurement_leaves_the_model_and_the_rng_untouched():
     assert torch.equal(torch.rand(3), expected)  # training after the measurement is unchanged
     for key, value in model.state_dict().items():
         assert torch.equal(value, before[key]), key
+
+
+def test_auto_times_the_training_step_with_its_precision_and_clipping(monkeypatch):
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from trainer.compiling import auto as compile_auto
+    from trainer.loop import train_step
+
+    calls = []
+
+    def recording_step(*args, **kwargs):
+        calls.append((kwargs["dtype"], kwargs["grad_clip"], args[2].is_enabled()))
+        return train_step(*args, **kwargs)
+
+    monkeypatch.setattr(compile_auto, "train_step", recording_step)
+    data = TensorDataset(torch.randn(32, 4), torch.randint(0, 3, (32,)))
+    recipe = compile_auto.StepRecipe(
+        torch.device("cpu"), precision="bf16-mixed", dtype=torch.bfloat16, grad_clip=1.0
+    )
+    compile_auto.decide(
+        _tiny(),
+        lambda m: torch.optim.SGD(m.parameters(), lr=0.1),
+        DataLoader(data, batch_size=8),
+        cfg=_cfg(auto=True, auto_steps=2),
+        device=recipe.device,
+        planned_steps=10,
+        recipe=recipe,
+    )
+    # warm-up, two compiling steps and two timed steps each way, all as training runs them
+    assert len(calls) == 1 + 2 + 2 * 2
+    assert set(calls) == {(torch.bfloat16, 1.0, False)}
+
+
+def test_every_private_torch_api_is_where_torch_private_says():
+    """Fails loudly when a torch release moves one of the private names the project uses."""
+    import importlib
+
+    from trainer.compiling import torch_private
+
+    missing = [
+        f"{module}.{name}"
+        for module, name in torch_private.PRIVATE_NAMES
+        if not hasattr(importlib.import_module(module), name)
+    ]
+    assert not missing, f"torch moved {missing}; update trainer/compiling/torch_private.py"
+    assert "lite" in compiling.valid_modes() and "epilogue_fusion" in (
+        torch_private.inductor_options()
+    )
+
+
+def _private_torch_uses(source: str) -> list[str]:
+    """torch._<name> modules imported or attributes read in `source` (strings do not count)."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.startswith("torch._")]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("torch._"):
+            found.append(node.module)
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "torch"
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ):
+            found.append(f"torch.{node.attr}")
+    return found
+
+
+def test_no_private_torch_api_outside_torch_private():
+    from pathlib import Path
+
+    import trainer
+
+    root = Path(trainer.__file__).parent
+    offenders = {
+        str(path.relative_to(root)): uses
+        for path in root.rglob("*.py")
+        if path.name != "torch_private.py" and (uses := _private_torch_uses(path.read_text()))
+    }
+    assert offenders == {}
+    assert _private_torch_uses("import torch._dynamo\nx = torch._inductor") == [
+        "torch._dynamo",
+        "torch._inductor",
+    ]
+
+
+def test_unknown_inductor_option_is_one_paragraph_naming_valid_ones():
+    with pytest.raises(ConfigError) as err:
+        validate(make_cfg("compile.options={epilogue_fusoin: true}"))
+    message = str(err.value)
+    assert "compile.options" in message and "epilogue_fusoin" in message
+    assert "did you mean epilogue_fusion" in message and "\n" not in message
+
+
+def test_validate_refuses_a_compile_mode_torch_does_not_know():
+    """The sweeper runs this same validate on the trials' fixed config before launching."""
+    with pytest.raises(ConfigError, match="compile.mode='fast'.*max-autotune"):
+        validate(make_cfg("compile.mode=fast"))
+    with pytest.raises(ConfigError, match="compile.backend='indcutor'"):
+        validate(make_cfg("compile.backend=indcutor"))
+    validate(make_cfg("compile=off", "compile.mode=fast"))  # compile=off: never compiled
+
+
+def test_cpu_compile_prints_no_cuda_home_warning(tmp_path):
+    """torch.utils.cpp_extension warns about CUDA_HOME on import when no GPU is visible;
+    quiet_cuda_home_probe silences exactly that import (the control shows the warning)."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "CUDA_HOME": str(tmp_path), "CUDA_VISIBLE_DEVICES": ""}
+    probe = "from trainer.compiling import quiet_cuda_home_probe; quiet_cuda_home_probe(); "
+    results = [
+        subprocess.run(
+            [sys.executable, "-c", f"{prefix}import torch.utils.cpp_extension"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        for prefix in ("", probe)
+    ]
+    assert "No CUDA runtime is found" in results[0].stderr
+    assert results[1].returncode == 0 and "No CUDA runtime" not in results[1].stderr

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from tests.conftest import CONF, make_cfg
 from trainer.config import ConfigError, validate
@@ -87,3 +90,69 @@ def test_unknown_key_suggests_the_close_one():
 def test_imagefolder_requires_root():
     with pytest.raises(ConfigError, match="data.root"):
         validate(make_cfg("data=imagefolder"))
+
+
+def _schema_defaults(group: str) -> dict:
+    from omegaconf import OmegaConf
+
+    from trainer.config import GROUP_SCHEMAS
+
+    return OmegaConf.to_container(OmegaConf.structured(GROUP_SCHEMAS[group]), resolve=False)
+
+
+def test_group_yamls_say_only_what_differs_from_the_schema():
+    from trainer.config import GROUP_SCHEMAS
+
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    repeated = []
+    for group in GROUP_SCHEMAS:
+        defaults = _schema_defaults(group)
+        for path in sorted((conf / group).glob("*.yaml")):
+            own = yaml.safe_load(path.read_text()) or {}
+            own.pop("defaults", None)
+            repeated += [
+                f"{group}/{path.name}: {k}"
+                for k, v in own.items()
+                if k != "name" and defaults.get(k) == v  # each option names itself
+            ]
+    assert repeated == []
+
+
+def test_a_group_option_composes_over_the_schema_defaults():
+    cfg = make_cfg("data=cifar10", "model=resnet18")
+    assert cfg.data.name == "cifar10" and cfg.data.num_workers == 2
+    assert cfg.data.batch_size == _schema_defaults("data")["batch_size"]  # from the schema
+    assert cfg.model.image_size == 32 and cfg.model.width == _schema_defaults("model")["width"]
+    assert set(cfg.trainer) == set(_schema_defaults("trainer"))
+
+
+def test_every_schema_field_has_one_comment():
+    import inspect
+
+    from trainer.config import GROUP_SCHEMAS
+
+    bare = []
+    for schema in GROUP_SCHEMAS.values():
+        lines = inspect.getsource(schema).splitlines()
+        for name in schema.__dataclass_fields__:
+            line = next(line for line in lines if line.strip().startswith(f"{name}:"))
+            if "#" not in line:
+                bare.append(f"{schema.__name__}.{name}")
+    assert bare == []
+
+
+def test_cfg_job_prints_the_whole_composed_config(tmp_path):
+    from tests.conftest import run_cli
+
+    proc = run_cli("--cfg", "job", "data=fake", cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    printed = yaml.safe_load(proc.stdout)
+    assert printed["data"]["name"] == "fake" and printed["compile"]["mode"] == "default"
+    assert printed["paths"]["cache_dir"].startswith("${oc.env:TRAINER_CACHE_DIR")
+
+
+def test_default_output_root_follows_the_environment(monkeypatch):
+    from trainer.layout import default_output_root
+
+    monkeypatch.setenv("TRAINER_OUTPUT_DIR", "/somewhere/else")
+    assert str(default_output_root()) == "/somewhere/else"

@@ -8,27 +8,16 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+from trainer.errors import exit_on_error
 from trainer.layout import conf_dir
 
 
 @hydra.main(version_base="1.3", config_path=conf_dir(), config_name="train")
+@exit_on_error  # a TrainerError: its one paragraph on stderr and its exit code (stops: 128+N)
 def main(cfg: DictConfig) -> float | None:
-    from trainer.compile import CompileError
-    from trainer.config import ConfigError
-    from trainer.run import Interrupted, run
+    from trainer.run import run
 
-    try:
-        result = run(cfg)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
-    except CompileError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(1)
-    except Interrupted as stop:
-        print(str(stop), file=sys.stderr)
-        sys.exit(stop.exit_code)
-    return result["best"]
+    return run(cfg)["best"]
 
 
 def cli() -> None:

@@ -3,8 +3,11 @@ written atomically, with state_dict keys that load into a plain, uncompiled mode
 
 from __future__ import annotations
 
+import logging
 import os
+import pickle
 import random
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +16,11 @@ import torch
 from torch import nn
 
 from trainer.config import ConfigError
+from trainer.loop import Progress
 
-FORMAT_VERSION = 1
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 2  # 2: RNG states as tensors and plain values (weights_only=True loads it)
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -38,9 +44,18 @@ def clean_state_dict(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def rng_state() -> dict[str, Any]:
-    state = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
+    """Every RNG state as tensors and plain values, so `torch.load(weights_only=True)` reads it."""
+    version, internal, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": {"version": version, "state": torch.tensor(internal), "gauss": gauss},
+        "numpy": {
+            "kind": str(kind),
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -49,8 +64,16 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    """Restore `rng_state()`'s output (or the pickled tuples that older checkpoints hold)."""
+    py = state["python"]
+    if isinstance(py, dict):
+        py = (py["version"], tuple(int(v) for v in py["state"].tolist()), py["gauss"])
+    random.setstate(py)
+    numpy = state["numpy"]
+    if isinstance(numpy, dict):
+        keys = numpy["keys"].numpy().astype(np.uint32)
+        numpy = (numpy["kind"], keys, numpy["pos"], numpy["has_gauss"], numpy["cached_gaussian"])
+    np.random.set_state(numpy)
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -67,6 +90,26 @@ def save(path: Path, payload: dict[str, Any]) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def _read(path: Path, key: str) -> Any:
+    """torch.load with weights_only=True; a checkpoint of an older release (numpy's RNG state
+    pickled) is read the old way only for trainer.resume, after saying so."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        if key != "trainer.resume":
+            raise ConfigError(
+                f"{key}={path} holds pickled Python objects (a checkpoint written by an older "
+                "release), which torch.load(weights_only=True) refuses; resume it once with "
+                f"trainer.resume={path} to write a new-format checkpoint, then use that one."
+            ) from None
+    log.warning(
+        "%s was written by an older release (numpy's RNG state pickled): loading it with "
+        "weights_only=False, once; the checkpoints this run writes load with weights_only=True.",
+        path,
+    )
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
 def load(path: str | Path, *, key: str = "trainer.resume") -> dict[str, Any]:
     """Read a checkpoint; a missing or unreadable file is a ConfigError naming `key`."""
     path = Path(path).expanduser()
@@ -79,7 +122,9 @@ def load(path: str | Path, *, key: str = "trainer.resume") -> dict[str, Any]:
             f"<run dir>/checkpoints/last.pt){auto}."
         )
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        ckpt = _read(path, key)
+    except ConfigError:
+        raise
     except Exception as err:  # torch raises many types for truncated or foreign files
         raise ConfigError(
             f"{key}={path} is not a readable checkpoint ({type(err).__name__}: "
@@ -110,3 +155,54 @@ def load_model_state(model: nn.Module, state: dict[str, Any], *, source: str, ke
             f"({detail}). Select the model it was trained with (model=..., model.name=..., "
             "data=... for the number of classes) or start fresh with trainer.resume=null."
         ) from None
+
+
+@dataclass
+class TrainState:
+    """What a checkpoint saves and restores: the objects training changes, and what it is of."""
+
+    model: nn.Module  # the plain module (compiled in place: its state_dict keys are clean)
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None
+    scaler: torch.amp.GradScaler
+    progress: Progress
+    model_name: str
+    num_classes: int
+    sample_shape: tuple[int, ...]
+    config: dict[str, Any]  # the resolved run config
+
+    def payload(self) -> dict[str, Any]:
+        """The checkpoint dict: tensors and plain values only."""
+        return {
+            "model": unwrap(self.model).state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "progress": asdict(self.progress),
+            "rng": rng_state(),
+            "model_name": self.model_name,
+            "num_classes": self.num_classes,
+            "sample_shape": list(self.sample_shape),
+            "config": self.config,
+        }
+
+    def save(self, path: Path) -> None:
+        save(path, self.payload())
+
+    def restore(self, path: Path, *, is_main: bool = True) -> None:
+        """Load `path` (trainer.resume) into every object, RNG states included."""
+        state = load(path, key="trainer.resume")
+        load_model_state(self.model, state["model"], source=str(path), key="trainer.resume")
+        for name in ("optimizer", "scheduler", "scaler"):
+            target = getattr(self, name)
+            if target is not None and state.get(name) is not None:
+                target.load_state_dict(state[name])
+        if "progress" in state:
+            self.progress = Progress(**state["progress"])
+            if not is_main:  # the saved partial sums are global; rank 0 carries them
+                self.progress.partial = {}
+        if "rng" in state:
+            set_rng_state(state["rng"])
+        log.info(
+            "resumed from %s at epoch %d, step %d", path, self.progress.epoch, self.progress.step
+        )

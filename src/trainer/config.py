@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from trainer.errors import TrainerError
 
@@ -59,23 +58,31 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+# Environment variables override each directory; relative paths are relative to the working dir.
+_OUTPUT_DIR = "${oc.env:TRAINER_OUTPUT_DIR,outputs}"
+_DATA_DIR = "${oc.env:TRAINER_DATA_DIR,data}"
+_CACHE_DIR = (
+    "${oc.env:TRAINER_CACHE_DIR,${oc.env:XDG_CACHE_HOME,${oc.env:HOME,.}/.cache}/compiled-trainer}"
+)
+
+
 @dataclass
 class PathsConfig:
-    output_dir: str = "outputs"  # Hydra run and multirun trees, sweep stores
-    data_dir: str = "data"  # default root of torchvision data sets
-    cache_dir: str = "~/.cache/compiled-trainer"  # compile caches shared by every run
+    output_dir: str = _OUTPUT_DIR  # runs, multiruns, sweeps ($TRAINER_OUTPUT_DIR)
+    data_dir: str = _DATA_DIR  # default root of torchvision data sets ($TRAINER_DATA_DIR)
+    cache_dir: str = _CACHE_DIR  # compile caches shared by every run ($TRAINER_CACHE_DIR)
 
 
 @dataclass
 class DataConfig:
     name: str = "digits"  # digits | fake | cifar10 | mnist | fashion_mnist | imagefolder
-    root: str | None = None  # folder of a torchvision or ImageFolder data set
+    root: str | None = None  # folder that holds (or receives) a torchvision or ImageFolder set
     download: bool = False  # fetch a torchvision data set into root (needs network)
     batch_size: int = 64  # samples per optimizer step, over all ranks (ddp: divisible by them)
     eval_batch_size: int | None = None  # samples per evaluation step, over all ranks
-    num_workers: int = 0  # DataLoader worker processes
-    val_fraction: float = 0.2  # share held out for validation where the set has no split
-    split_seed: int = 0  # seed of the train/val split
+    num_workers: int = 0  # DataLoader worker processes (0: load in the main process)
+    val_fraction: float = 0.2  # share held out where the set has no split
+    split_seed: int = 0  # seed of the train/val split, independent of trainer.seed
     num_samples: int = 1024  # fake: training images (validation gets a quarter)
     image_shape: list[int] = field(default_factory=lambda: [3, 32, 32])  # fake: C, H, W
     num_classes: int = 10  # fake: classes
@@ -100,10 +107,10 @@ class DataConfig:
 @dataclass
 class ModelConfig:
     name: str = "small_cnn"  # built-in name or any torchvision classification model
-    in_channels: int | None = None  # channels the model expects (None: the data's own)
-    image_size: int | None = None  # square input size in pixels (None: the data's own)
-    width: int = 32  # small_cnn: channels of the first convolution
-    kwargs: dict[str, Any] = field(default_factory=dict)  # extra builder arguments
+    in_channels: int | None = None  # channels fed to the model (None: the data's)
+    image_size: int | None = None  # square input size in pixels; inputs are resized (None: native)
+    width: int = 32  # small_cnn: channels of the first convolution (doubled in the second)
+    kwargs: dict[str, Any] = field(default_factory=dict)  # extra keyword arguments of the builder
 
     def __post_init__(self) -> None:
         _positive("model.in_channels", self.in_channels)
@@ -133,7 +140,7 @@ class SchedulerConfig:
     eta_min: float = 0.0  # cosine: final learning rate
     warmup_epochs: int = 0  # cosine: linear warm-up epochs
     step_size: int = 10  # step: epochs between decays
-    gamma: float = 0.1  # step: decay factor
+    gamma: float = 0.1  # step: factor applied to the learning rate every step_size epochs
 
     def __post_init__(self) -> None:
         _one_of("scheduler", self.name, SCHEDULERS)
@@ -144,18 +151,16 @@ class SchedulerConfig:
 @dataclass
 class CompileConfig:
     disable: bool = False  # true: train eagerly
-    mode: str | None = "default"  # torch.compile mode (any of torch._inductor.list_mode_options())
-    backend: str = (
-        "inductor"  # torch.compile backend (torch._dynamo.list_backends(exclude_tags=()))
-    )
+    mode: str | None = "default"  # default | reduce-overhead | max-autotune(-no-cudagraphs) | lite
+    backend: str = "inductor"  # any of torch.compiler.list_backends(exclude_tags=())
     backend_module: str | None = None  # module imported first; it may register a custom backend
     dynamic: bool | None = None  # dynamic shapes: None lets Dynamo decide
     fullgraph: bool = False  # error on graph breaks
-    options: dict[str, Any] | None = None  # Inductor options (only with mode=default)
-    cache_dir: str | None = None  # persistent compile caches (None: torch's own default)
+    options: dict[str, Any] | None = None  # Inductor options (mode=default only)
+    cache_dir: str | None = None  # persistent Inductor/AOTAutograd caches (None: torch's default)
     target: str = "model"  # model: whole model | blocks: each repeated block, in place
     optimizer: bool = False  # compile the optimizer step too (learning rates become tensors)
-    explain: bool = False  # print torch._dynamo.explain for one batch before training
+    explain: bool = False  # print Dynamo's explanation (graphs, breaks, reasons) of one batch first
     fail_on_recompile_limit: bool = False  # hitting Dynamo's recompile limit is an error
     auto: bool = False  # measure eager vs compiled on a few steps, keep the faster
     auto_steps: int = 5  # compile.auto: timed steps each way (after one warm-up step)
@@ -173,16 +178,16 @@ class CompileConfig:
 @dataclass
 class TrainerConfig:
     max_epochs: int = 8  # full passes over the training set
-    max_steps: int | None = None  # optional cap on optimizer steps
+    max_steps: int | None = None  # optional cap on optimizer steps (None: no cap)
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     precision: str = "32"  # 32 | bf16-mixed | 16-mixed
-    seed: int = 0  # model init, data order
-    grad_clip: float | None = None  # max gradient norm
-    resume: str | None = None  # None | auto | checkpoint path
-    monitor: str = "val/acc"  # metric that selects best.pt
+    seed: int = 0  # seeds model init and data order (the split has data.split_seed)
+    grad_clip: float | None = None  # max gradient norm (None: no clipping)
+    resume: str | None = None  # None | auto (this run dir's checkpoints/last.pt) | checkpoint path
+    monitor: str = "val/acc"  # metric that selects best.pt and is returned to Hydra sweepers
     monitor_mode: str = "max"  # max | min
     log_every_n_steps: int = 10  # steps between progress refreshes
-    strategy: str = "single"  # single | ddp (one process per device, launched by torchrun)
+    strategy: str = "single"  # single | ddp (one process per device, torchrun)
 
     def __post_init__(self) -> None:
         _positive("trainer.max_epochs", self.max_epochs)
@@ -208,14 +213,40 @@ class TrainerConfig:
 class LoggerConfig:
     enabled: bool = True  # false: no W&B run at all (logger=none)
     mode: str = "offline"  # offline | online | disabled; WANDB_MODE wins when set
-    project: str = "compiled-trainer"
-    entity: str | None = None
-    group: str | None = None
-    tags: list[str] = field(default_factory=list)
-    name: str | None = None  # run name
+    project: str = "compiled-trainer"  # W&B project
+    entity: str | None = None  # W&B user or team (None: your default entity)
+    group: str | None = None  # groups runs in the W&B UI (sweep trials: the sweep id)
+    tags: list[str] = field(default_factory=list)  # W&B run tags
+    name: str | None = None  # run name (None: W&B picks one)
 
     def __post_init__(self) -> None:
         _one_of("logger.mode", self.mode, LOGGER_MODES)
+
+
+# The config groups whose defaults the schemas above own.
+GROUP_SCHEMAS: dict[str, type] = {
+    "paths": PathsConfig,
+    "data": DataConfig,
+    "model": ModelConfig,
+    "optimizer": OptimizerConfig,
+    "scheduler": SchedulerConfig,
+    "compile": CompileConfig,
+    "trainer": TrainerConfig,
+    "logger": LoggerConfig,
+}
+
+
+def register_schemas() -> None:
+    """Store each group's dataclass defaults in Hydra's ConfigStore as `<group>/schema`: the one
+    source of defaults. Every conf/<group>/*.yaml lists `schema` first and says only what
+    differs. The nodes are plain (untyped), so a typo reaches `validate`, whose error names
+    the key and the fix, instead of failing inside Hydra's composition."""
+    from hydra.core.config_store import ConfigStore  # noqa: PLC0415
+
+    store = ConfigStore.instance()
+    for group, schema in GROUP_SCHEMAS.items():
+        node = OmegaConf.to_container(OmegaConf.structured(schema), resolve=False)
+        store.store(group=group, name="schema", node=OmegaConf.create(node))
 
 
 @dataclass
@@ -230,57 +261,13 @@ class TrainConfig:
     logger: LoggerConfig = field(default_factory=LoggerConfig)
 
 
-# Keys of the composed config that belong to Hydra plumbing, not to the run.
-_NOT_RUN_KEYS = ("hydra", "sweep")
-
-
 def validate(cfg: DictConfig) -> TrainConfig:
-    """Check the composed config against the schemas; raise `ConfigError` on any problem."""
-    plain = OmegaConf.create(
-        {k: v for k, v in cfg.items() if k not in _NOT_RUN_KEYS} if cfg else {}
-    )
-    missing = sorted(OmegaConf.missing_keys(plain))
-    if missing:
-        raise ConfigError(
-            f"{', '.join(missing)} must be set (the config marks it ???); add "
-            f"{missing[0]}=<value> to the command line."
-        )
-    try:
-        OmegaConf.resolve(plain)
-        merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), plain)
-        result = OmegaConf.to_object(merged)
-    except ConfigError:
-        raise
-    except OmegaConfBaseException as err:
-        key = getattr(err, "full_key", None) or "?"
-        raise ConfigError(_omegaconf_message(key, err)) from None
-    assert isinstance(result, TrainConfig)
-    return result
+    """Check the composed config against the schemas and this machine (compile mode, backend
+    and options, model name, device, precision): every check that needs no data. Raise
+    `ConfigError` on the first problem; see trainer.validation."""
+    from trainer.validation import validate_config  # noqa: PLC0415 (torch only when validating)
 
-
-def _omegaconf_message(key: str, err: OmegaConfBaseException) -> str:
-    text = str(err).splitlines()[0]
-    if "MissingMandatoryValue" in type(err).__name__:
-        return f"{key} is required but not set; add {key}=<value> to the command line."
-    if "not in struct" in text or "Key '" in text and "not in" in text:
-        group, _, leaf = key.rpartition(".")
-        fields = _fields_of(group)
-        close = difflib.get_close_matches(leaf, fields, n=1)
-        hint = f" Did you mean {group}.{close[0]}?" if close else ""
-        return (
-            f"{key} is not a known setting.{hint} Known keys under {group or 'the root'}: "
-            f"{', '.join(fields)}."
-        )
-    return f"{key}: {text}. Fix the value given for {key} (on the command line or in conf/)."
-
-
-def _fields_of(group: str) -> list[str]:
-    node: Any = OmegaConf.structured(TrainConfig)
-    for part in filter(None, group.split(".")):
-        node = node.get(part)
-        if not isinstance(node, DictConfig):
-            return []
-    return [str(k) for k in node]
+    return validate_config(cfg)
 
 
 @dataclass

@@ -18,6 +18,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from trainer.summary import RunSummary
+
 
 class ProgressView:
     """Epoch and step bars; does nothing when stdout is not a terminal (logs, CI, agents)."""
@@ -87,19 +89,19 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def print_summary(summary: dict[str, Any]) -> None:
+def print_summary(summary: RunSummary) -> None:
     """The end-of-run table: final metrics, best metric, compile cost, throughput, locations."""
-    table = Table(title=f"run {summary['status']}", show_header=False, title_justify="left")
+    table = Table(title=f"run {summary.status}", show_header=False, title_justify="left")
     table.add_column("what", style="bold")
     table.add_column("value", overflow="fold")
-    for name, value in summary["metrics"].items():
+    for name, value in summary.metrics.items():
         if not name.startswith("perf/"):
             table.add_row(name, _fmt(value))
-    best = summary["best"]
+    best = summary.best
     if best["value"] is not None:
         table.add_row(f"best {best['name']}", f"{_fmt(best['value'])} (epoch {best['epoch']})")
-    perf = summary["perf"]
-    comp = summary["compile"]
+    perf = summary.perf
+    comp = summary.compile
     compiled = "off" if not comp["enabled"] else f"{comp['backend']}, mode {comp['mode']}"
     table.add_row("compile", compiled)
     if comp.get("auto"):
@@ -127,8 +129,8 @@ def print_summary(summary: dict[str, Any]) -> None:
             table.add_row("CUDA-graph skips", "; ".join(comp["cudagraph_skip_reasons"]))
     table.add_row("steady samples/s", _fmt(perf["samples_per_s"]))
     table.add_row("steady step", f"{_fmt(perf['step_ms'])} ms")
-    table.add_row("device / precision", f"{summary['device']} / {summary['precision']}")
-    paths = summary["paths"]
+    table.add_row("device / precision", f"{summary.device} / {summary.precision}")
+    paths = summary.paths
     table.add_row("checkpoint", str(paths["checkpoint"]))
     table.add_row("summary", str(paths["summary"]))
     if paths.get("wandb_run_dir"):

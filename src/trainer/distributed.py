@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from trainer.config import ConfigError, TrainerConfig
+from trainer.devices import rank_device
 
 log = logging.getLogger(__name__)
 
@@ -89,30 +90,10 @@ def setup(cfg: TrainerConfig) -> Dist:
             "trainer trainer.strategy=ddp ...`, or use trainer.strategy=single."
         )
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
-    base = cfg.device.split(":")[0]
-    if ":" in cfg.device:
-        raise ConfigError(
-            f"trainer.device={cfg.device} cannot be combined with trainer.strategy=ddp: each "
-            "rank uses cuda:LOCAL_RANK; use trainer.device=auto or cuda (restrict the GPUs "
-            "with CUDA_VISIBLE_DEVICES)."
-        )
-    if base == "mps":
-        raise ConfigError("trainer.strategy=ddp does not support MPS; use trainer.device=cpu.")
-    use_cuda = base in ("auto", "cuda") and torch.cuda.is_available()
-    if base == "cuda" and not use_cuda:
-        raise ConfigError(
-            "trainer.device=cuda but torch sees no CUDA device; use trainer.device=auto or cpu."
-        )
+    device = rank_device(cfg.device, local_rank)
+    use_cuda = device.type == "cuda"
     if use_cuda:
-        if local_rank >= torch.cuda.device_count():
-            raise ConfigError(
-                f"LOCAL_RANK={local_rank} but this node has {torch.cuda.device_count()} CUDA "
-                "device(s); start at most that many processes per node (--nproc_per_node)."
-            )
-        device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
     if rank != 0:  # only rank 0 prints progress; other ranks still report warnings
         logging.getLogger().setLevel(logging.WARNING)
     if not dist.is_initialized():
@@ -169,6 +150,17 @@ def reduce_mean(ctx: Dist, means: dict[str, float], samples: int, device: torch.
     sums = reduce_sums(ctx, [means[k] * samples for k in names] + [float(samples)], device)
     total = sums[-1]
     return {k: s / max(total, 1.0) for k, s in zip(names, sums[:-1], strict=True)}, int(total)
+
+
+def broadcast(ctx: Dist, value: Any) -> Any:
+    """Rank 0's `value` (any picklable object), on every rank; the value itself on one rank."""
+    if ctx.world_size <= 1:
+        return value
+    import torch.distributed as dist
+
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def agree_run_dir(ctx: Dist, out: Path) -> Path:

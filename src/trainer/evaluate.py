@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -14,8 +13,11 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from trainer.config import ConfigError, EvalConfig, TrainConfig, TrainerConfig, validate
-from trainer.layout import conf_dir
+from trainer.config import ConfigError, EvalConfig, TrainConfig, validate
+from trainer.errors import exit_on_error
+from trainer.layout import conf_dir, write_text_atomic
+
+REPORT = "evaluation.json"  # in the evaluation's run directory
 
 
 def _eval_config(cfg: DictConfig) -> EvalConfig:
@@ -42,17 +44,9 @@ def _run_config(cfg: DictConfig, stored: dict[str, Any], ev: EvalConfig) -> Trai
     return validate(merged)
 
 
-def evaluate_checkpoint(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, Any]:
-    """Evaluate `cfg.checkpoint` as `cfg` says; return (and write) the report."""
-    import torch
-
+def _load(cfg: DictConfig) -> tuple[str, EvalConfig, dict[str, Any], TrainConfig]:
+    """The checkpoint (loaded with weights_only=True), the eval section and the run config."""
     from trainer import checkpoint as ckpt
-    from trainer import compile as compiling
-    from trainer.console import print_evaluation
-    from trainer.data import build_data
-    from trainer.loop import autocast, evaluate, pad_batch, sync
-    from trainer.models import build_model, input_spec
-    from trainer.run import _run_dir, resolve_device, resolve_precision
 
     if OmegaConf.is_missing(cfg, "checkpoint") or not cfg.checkpoint:
         raise ConfigError(
@@ -67,13 +61,15 @@ def evaluate_checkpoint(cfg: DictConfig, *, run_dir: str | Path | None = None) -
             f"checkpoint={source} holds no training config or class count; evaluate a "
             "checkpoint written by python -m trainer (checkpoints/last.pt or best.pt)."
         )
-    conf = _run_config(cfg, state["config"], ev)
-    out = _run_dir(run_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    device = resolve_device(TrainerConfig(device=ev.device))
-    dtype = resolve_precision(ev.precision, device)
+    return source, ev, state, _run_config(cfg, state["config"], ev)
 
-    compiling.reset()
+
+def _build(conf: TrainConfig, state: dict[str, Any], source: str, device: Any):
+    """The validation data and the checkpoint's model on `device`, in eval mode."""
+    from trainer import checkpoint as ckpt
+    from trainer.data import build_data
+    from trainer.models import build_model, input_spec
+
     channels, size = input_spec(conf.model)
     data = build_data(
         conf.data, channels=channels, size=size, seed=0, pin_memory=device.type == "cuda"
@@ -89,33 +85,69 @@ def evaluate_checkpoint(cfg: DictConfig, *, run_dir: str | Path | None = None) -
         conf.model, num_classes=state["num_classes"], in_channels=in_ch, image_size=height
     )
     ckpt.load_model_state(model, state["model"], source=source, key="checkpoint")
-    model.to(device).eval()
-    compiling.apply_compile(model, compile_config=conf.compile)
+    return data, model.to(device).eval()
 
-    batch_size = data.eval_batch_size
-    batches = []
-    for x, y in data.val:  # padded to one shape, so a compiled model compiles once
-        x, _, _ = pad_batch(x, y, batch_size)
-        batches.append(x.to(device))
+
+def measure_latency(model, batches: list, *, device, dtype, warmup: int, steps: int):
+    """(first call s, tensor of `steps` steady call seconds) of forward passes over `batches`,
+    each under no_grad and autocast (the graph loop.evaluate runs), bracketed by syncs."""
+    import torch
+
+    from trainer.loop import autocast, sync
+
     feed = itertools.cycle(batches)
 
     def forward() -> float:
         x = next(feed)
         sync(device)
         start = time.perf_counter()
-        with torch.no_grad(), autocast(device, dtype):  # the graph loop.evaluate runs
+        with torch.no_grad(), autocast(device, dtype):
             model(x)
         sync(device)
         return time.perf_counter() - start
 
     first_call = forward()  # pays for compilation
-    for _ in range(ev.warmup):
+    for _ in range(warmup):
         forward()
-    times = torch.tensor([forward() for _ in range(ev.steps)], dtype=torch.float64)
+    return first_call, torch.tensor([forward() for _ in range(steps)], dtype=torch.float64)
+
+
+def evaluate_checkpoint(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, Any]:
+    """Evaluate `cfg.checkpoint` as `cfg` says; return (and write) the report."""
+    from trainer import compiling, devices
+    from trainer.console import print_evaluation
+    from trainer.loop import evaluate, pad_batch
+    from trainer.run import resolve_run_dir
+
+    source, ev, state, conf = _load(cfg)
+    out = resolve_run_dir(run_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    device = devices.resolve_device(ev.device, key="eval.device")
+    dtype = devices.resolve_precision(ev.precision, device, key="eval.precision")
+    compiling.reset()
+    data, model = _build(conf, state, source, device)
+    compiling.apply_compile(model, compile_config=conf.compile)
+    batch_size = data.eval_batch_size
+    # padded to one shape, so a compiled model compiles once
+    batches = [pad_batch(x, y, batch_size)[0].to(device) for x, y in data.val]
+    first_call, times = measure_latency(
+        model, batches, device=device, dtype=dtype, warmup=ev.warmup, steps=ev.steps
+    )
     result = evaluate(model, data.val, device=device, dtype=dtype, batch_size=batch_size)
+    report = _report(source, conf, ev, device, batch_size, first_call, times, result)
+    report["paths"] = {"run_dir": str(out), "report": str(out / REPORT)}
+    write_text_atomic(out / REPORT, json.dumps(report, indent=2))
+    print_evaluation(report)
+    return report
+
+
+def _report(source, conf, ev, device, batch_size, first_call, times, result) -> dict[str, Any]:
+    import torch
+
+    from trainer import compiling
 
     ms = times * 1000.0
-    report = {
+    return {
         "checkpoint": str(Path(source).expanduser().resolve()),
         "model": conf.model.name,
         "data": conf.data.name,
@@ -142,20 +174,13 @@ def evaluate_checkpoint(cfg: DictConfig, *, run_dir: str | Path | None = None) -
             **compiling.compile_stats(),
         },
         "torch": torch.__version__,
-        "paths": {"run_dir": str(out), "report": str(out / "evaluation.json")},
     }
-    (out / "evaluation.json").write_text(json.dumps(report, indent=2))
-    print_evaluation(report)
-    return report
 
 
 @hydra.main(version_base="1.3", config_path=conf_dir(), config_name="evaluate")
+@exit_on_error
 def main(cfg: DictConfig) -> None:
-    try:
-        evaluate_checkpoint(cfg)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+    evaluate_checkpoint(cfg)
 
 
 if __name__ == "__main__":

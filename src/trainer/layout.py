@@ -19,10 +19,15 @@ def conf_dir() -> str:
 
 
 def default_output_root() -> Path:
-    """Where runs and sweeps go by default: conf/paths/default.yaml's output_dir, resolved."""
+    """Where runs and sweeps go by default: conf/paths/default.yaml's output_dir over the
+    schema's default (trainer.config.PathsConfig), resolved."""
     from omegaconf import OmegaConf
 
-    return Path(OmegaConf.load(Path(conf_dir()) / "paths" / "default.yaml").output_dir)
+    from trainer.config import PathsConfig
+
+    own = OmegaConf.load(Path(conf_dir()) / "paths" / "default.yaml")
+    own.pop("defaults", None)
+    return Path(OmegaConf.merge(OmegaConf.structured(PathsConfig), own).output_dir)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader
 
+from trainer.devices import sync
+
 IGNORE = -100  # target of padding samples; cross_entropy and accuracy skip it
 
 
@@ -76,14 +78,6 @@ class GracefulStop:
         self._previous.clear()
 
 
-def sync(device: torch.device) -> None:
-    """Wait for queued GPU work, so wall-clock timings include it (a CPU-GPU sync point)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
-
-
 def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
     if dtype is None:
         return contextlib.nullcontext()
@@ -95,6 +89,70 @@ def _batches(loader: DataLoader, skip: int) -> Iterator[tuple[int, Any]]:
     for index, batch in enumerate(loader):
         if index >= skip:
             yield index, batch
+
+
+def train_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    device: torch.device,
+    dtype: torch.dtype | None,
+    grad_clip: float | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One optimizer step as training runs it: forward under autocast, cross-entropy in fp32,
+    scaled backward, optional gradient clipping, step; returns (loss, logits). compile=auto
+    times this very function, so it measures the graph training runs."""
+    with autocast(device, dtype):
+        logits = model(x)
+        loss = F.cross_entropy(logits.float(), y)
+    scaler.scale(loss).backward()
+    if grad_clip is not None:
+        scaler.unscale_(optimizer)
+        nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return loss, logits
+
+
+class _RunningSums:
+    """Loss and correct-prediction sums kept on the device (no sync per step), on top of the
+    sums a resumed epoch carried over in `progress.partial`."""
+
+    def __init__(self, carried: dict[str, float], device: torch.device) -> None:
+        self.carried = carried or {"loss": 0.0, "correct": 0.0, "count": 0.0}
+        self.loss = torch.zeros((), device=device, dtype=torch.float64)
+        self.correct = torch.zeros((), device=device, dtype=torch.int64)
+        self.count = 0
+
+    def add(self, loss: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> None:
+        batch = y.shape[0]
+        self.loss += loss.detach().double() * batch
+        self.correct += (logits.detach().argmax(dim=1) == y).sum()
+        self.count += batch
+
+    def fold(self) -> dict[str, float]:
+        """The epoch's sums so far as floats (a CPU-GPU sync point)."""
+        return {
+            "loss": self.carried["loss"] + float(self.loss),
+            "correct": self.carried["correct"] + float(self.correct),
+            "count": self.carried["count"] + self.count,
+        }
+
+
+def _epoch_result(totals: dict[str, float], progress: Progress, **timing: Any) -> EpochResult:
+    n = max(totals["count"], 1.0)
+    if not math.isfinite(totals["loss"]):
+        raise FloatingPointError(
+            f"training loss is {totals['loss'] / n} at epoch {progress.epoch + 1} (step "
+            f"{progress.step}): the run diverged; lower optimizer.lr or set trainer.grad_clip."
+        )
+    return EpochResult(
+        loss=totals["loss"] / n, acc=totals["correct"] / n, samples=int(totals["count"]), **timing
+    )
 
 
 def train_epoch(
@@ -115,21 +173,9 @@ def train_epoch(
     """Train until the epoch ends (returns its result) or a stop is requested (returns None;
     the running sums are left in `progress.partial` for the checkpoint)."""
     model.train()
-    sums = progress.partial or {"loss": 0.0, "correct": 0.0, "count": 0.0}
-    loss_sum = torch.zeros((), device=device, dtype=torch.float64)
-    correct = torch.zeros((), device=device, dtype=torch.int64)
-    count = 0
-    steps = 0
-    first_step_s: float | None = None
-    steady_start = time.perf_counter()
-
-    def fold() -> dict[str, float]:
-        return {
-            "loss": sums["loss"] + float(loss_sum),
-            "correct": sums["correct"] + float(correct),
-            "count": sums["count"] + count,
-        }
-
+    sums = _RunningSums(progress.partial, device)
+    steps, first_step_s = 0, None
+    steady_start = start = time.perf_counter()
     for index, (x, y) in _batches(loader, progress.batches_done):
         if max_steps is not None and progress.step >= max_steps:
             break
@@ -137,26 +183,12 @@ def train_epoch(
         if timed:
             sync(device)
             start = time.perf_counter()
-        x = x.to(device, non_blocking=True)
-        y = y.to(device, non_blocking=True)
-        with autocast(device, dtype):
-            logits = model(x)
-            loss = F.cross_entropy(logits.float(), y)
-        scaler.scale(loss).backward()
-        if grad_clip is not None:
-            scaler.unscale_(optimizer)
-            nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
-
-        batch = y.shape[0]
-        loss_sum += loss.detach().double() * batch
-        correct += (logits.detach().argmax(dim=1) == y).sum()
-        count += batch
-        steps += 1
-        progress.step += 1
-        progress.batches_done = index + 1
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        loss, logits = train_step(
+            model, optimizer, scaler, x, y, device=device, dtype=dtype, grad_clip=grad_clip
+        )
+        sums.add(loss, logits, y)
+        steps, progress.step, progress.batches_done = steps + 1, progress.step + 1, index + 1
         if timed:
             sync(device)
             first_step_s = time.perf_counter() - start
@@ -164,23 +196,14 @@ def train_epoch(
         if on_step is not None:
             on_step(steps, loss)
         if stop.requested:
-            progress.partial = fold()
+            progress.partial = sums.fold()
             return None
-
     sync(device)
     steady_s = time.perf_counter() - steady_start
-    totals = fold()
     progress.partial = {}
-    n = max(totals["count"], 1.0)
-    if not math.isfinite(totals["loss"]):
-        raise FloatingPointError(
-            f"training loss is {totals['loss'] / n} at epoch {progress.epoch + 1} (step "
-            f"{progress.step}): the run diverged; lower optimizer.lr or set trainer.grad_clip."
-        )
-    return EpochResult(
-        loss=totals["loss"] / n,
-        acc=totals["correct"] / n,
-        samples=int(totals["count"]),
+    return _epoch_result(
+        sums.fold(),
+        progress,
         steps=steps,
         first_step_s=first_step_s,
         steady_s=steady_s,

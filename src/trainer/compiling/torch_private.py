@@ -1,0 +1,104 @@
+"""Every private torch API the project uses, in this one module: torch has no public
+equivalent for Dynamo's counters, compilation metrics, `explain`, the recompile-limit switch
+and logger, Inductor's option lists or its cache controls (benchmarks). tests/test_compile.py
+checks each still exists, so a torch release that moves one fails loudly there."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+# The logger Dynamo warns on when a frame hits config.recompile_limit (no public hook).
+RECOMPILE_LIMIT_LOGGER = "torch._dynamo.convert_frame"
+
+# (module, attribute) of every private name used below; the test imports each.
+PRIVATE_NAMES = (
+    ("torch._inductor", "list_mode_options"),
+    ("torch._inductor", "list_options"),
+    ("torch._dynamo", "explain"),
+    ("torch._dynamo.config", "fail_on_recompile_limit_hit"),
+    ("torch._dynamo.utils", "counters"),
+    ("torch._dynamo.utils", "get_compilation_metrics"),
+    ("torch._dynamo.utils", "clear_compilation_metrics"),
+    ("torch._dynamo.exc", "FailOnRecompileLimitHit"),
+    ("torch._dynamo.eval_frame", "OptimizedModule"),
+    ("torch._inductor.utils", "fresh_cache"),
+    ("torch._inductor.utils", "clear_caches"),
+)
+
+
+def mode_options() -> dict[str, dict[str, Any]]:
+    """torch.compile's modes and the Inductor options each sets."""
+    import torch._inductor
+
+    return dict(torch._inductor.list_mode_options())
+
+
+def inductor_options() -> list[str]:
+    """Every option name `torch.compile(options=...)` accepts for Inductor."""
+    import torch._inductor
+
+    return list(torch._inductor.list_options())
+
+
+def explain(model: nn.Module) -> Any:
+    """Dynamo's explain wrapper of `model` (call it with the inputs)."""
+    import torch._dynamo
+
+    return torch._dynamo.explain(model)
+
+
+def set_fail_on_recompile_limit(flag: bool) -> None:
+    import torch._dynamo.config
+
+    torch._dynamo.config.fail_on_recompile_limit_hit = flag
+
+
+def counters() -> Any:
+    """Dynamo's and Inductor's event counters ({"stats": {...}, "graph_break": {...}, ...})."""
+    from torch._dynamo.utils import counters as dynamo_counters
+
+    return dynamo_counters
+
+
+def compilation_metrics() -> list[Any]:
+    """One record per compiled frame: compile time, recompile and CUDA-graph skip reasons."""
+    from torch._dynamo.utils import get_compilation_metrics
+
+    return list(get_compilation_metrics())
+
+
+def clear_statistics() -> None:
+    from torch._dynamo.utils import clear_compilation_metrics
+
+    counters().clear()
+    clear_compilation_metrics()
+
+
+def is_recompile_limit_error(err: BaseException) -> bool:
+    from torch._dynamo.exc import FailOnRecompileLimitHit
+
+    return isinstance(err, FailOnRecompileLimitHit) or isinstance(
+        err.__cause__, FailOnRecompileLimitHit
+    )
+
+
+def is_optimized_module(model: nn.Module) -> bool:
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    return isinstance(model, OptimizedModule)
+
+
+def fresh_inductor_cache() -> Any:
+    """A context with an empty Inductor/AOTAutograd cache directory, removed afterwards."""
+    from torch._inductor.utils import fresh_cache
+
+    return fresh_cache()
+
+
+def clear_inductor_memory_caches() -> None:
+    """Drop Inductor's in-memory caches; the on-disk cache stays."""
+    from torch._inductor.utils import clear_caches
+
+    clear_caches()

@@ -1,0 +1,235 @@
+"""Fit epoch by epoch: train, reduce over ranks, evaluate, build the epoch row, step the
+schedule, keep best.pt and last.pt, log; a SIGTERM/SIGINT stops after the current step with a
+checkpoint. `Job` holds what a fit works on; `summarise` turns it into the `RunSummary`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainer import distributed
+from trainer.checkpoint import TrainState
+from trainer.compiling import compile_stats
+from trainer.config import CompileConfig, TrainerConfig
+from trainer.console import ProgressView
+from trainer.data import DataBundle
+from trainer.errors import TrainerError
+from trainer.layout import RunLayout
+from trainer.loop import GracefulStop, Progress, evaluate, sync, train_epoch
+from trainer.metrics import Timing, epoch_row
+from trainer.summary import RunSummary, run_paths
+from trainer.tracking import Tracker
+
+log = logging.getLogger(__name__)
+
+
+class Interrupted(TrainerError):
+    """Training stopped on SIGTERM/SIGINT after saving; exit code 128 + signal, and the message
+    (how to resume) is printed as it is."""
+
+    prefix = ""
+
+    def __init__(self, signum: int, message: str) -> None:
+        super().__init__(message, exit_code=128 + signum)
+
+
+@dataclass
+class Job:
+    """One run's training objects and where its results go."""
+
+    state: TrainState
+    train_model: nn.Module  # the model as trained: compiled in place, DDP-wrapped under ddp
+    data: DataBundle
+    ctx: distributed.Dist
+    device: torch.device
+    dtype: torch.dtype | None  # autocast dtype (None: fp32)
+    trainer: TrainerConfig
+    compile_config: CompileConfig
+    compiled: bool
+    auto: dict[str, Any] | None  # compile=auto's report
+    layout: RunLayout
+    tracker: Tracker
+    timing: Timing = field(default_factory=Timing)
+    started: float = field(default_factory=time.perf_counter)
+    loop_started_at: float = field(default_factory=time.time)  # wall clock, for sweep agents
+
+    @property
+    def progress(self) -> Progress:
+        return self.state.progress
+
+    def save(self, name: str) -> None:
+        if self.ctx.is_main:
+            self.state.save(self.layout.checkpoint(name))
+
+
+class _StepReport:
+    """Progress-bar refresh every `every` steps (reading the loss is a CPU-GPU sync point)."""
+
+    def __init__(self, view: ProgressView, progress: Progress, every: int) -> None:
+        self.view, self.progress, self.every = view, progress, every
+
+    def __call__(self, n: int, loss: torch.Tensor) -> None:
+        if n % self.every == 0:
+            self.view.step(self.progress.batches_done, loss.detach().item())
+
+
+def train_and_evaluate(job: Job, stop: Any, view: ProgressView) -> dict[str, float] | None:
+    """One epoch of training and a full evaluation; the epoch row, or None when stopped."""
+    t, p, st = job.trainer, job.progress, job.state
+    job.data.set_epoch(p.epoch)  # data order depends only on (seed, epoch): resumes replay it
+    view.start_epoch(p.epoch, len(job.data.train), p.batches_done)
+    result = train_epoch(
+        job.train_model,
+        job.data.train,
+        st.optimizer,
+        st.scaler,
+        progress=p,
+        device=job.device,
+        dtype=job.dtype,
+        grad_clip=t.grad_clip,
+        max_steps=t.max_steps,
+        stop=stop,
+        time_first_step=job.timing.first_step_s is None,
+        on_step=_StepReport(view, p, t.log_every_n_steps) if view.enabled else None,
+    )
+    if result is None:
+        return None
+    means = {"loss": result.loss, "acc": result.acc}
+    train, _ = distributed.reduce_mean(job.ctx, means, result.samples, job.device)
+    steady = job.timing.observe_train(result.first_step_s, result.steady_s, result.steady_steps)
+    ev = evaluate(  # the inner module: ranks see different numbers of val batches
+        st.model,
+        job.data.val,
+        device=job.device,
+        dtype=job.dtype,
+        batch_size=job.data.eval_batch_size,
+    )
+    val, _ = distributed.reduce_mean(
+        job.ctx, {"loss": ev.loss, "acc": ev.acc}, ev.samples, job.device
+    )
+    job.timing.observe_eval(ev.first_batch_s, ev.steady_batch_s)
+    return epoch_row(
+        epoch=p.epoch + 1,
+        train=train,
+        val=val,
+        lr=st.optimizer.param_groups[0]["lr"],
+        timing=job.timing,
+        steady_step_s=steady,
+        epoch_s=result.steady_s + (result.first_step_s or 0.0),
+        batch_size=job.data.train_batch_size,
+    )
+
+
+def record_epoch(job: Job, row: dict[str, float], view: ProgressView) -> None:
+    """Close the epoch: schedule, progress, best.pt and last.pt, metrics.jsonl, W&B, console."""
+    t, p, st = job.trainer, job.progress, job.state
+    if st.scheduler is not None:
+        st.scheduler.step()
+    p.epoch, p.batches_done = p.epoch + 1, 0
+    p.history.append(row)
+    value, sign = row[t.monitor], 1.0 if t.monitor_mode == "max" else -1.0
+    improved = p.best is None or sign * value > sign * p.best
+    if improved:
+        p.best, p.best_epoch = value, p.epoch
+    job.save("last.pt")
+    if improved:
+        job.save("best.pt")
+    if job.ctx.is_main:
+        with open(job.layout.metrics, "a") as handle:
+            handle.write(json.dumps(row) + "\n")
+    job.tracker.log(row)
+    view.end_epoch(row)
+    log.info(
+        "epoch %d/%d  train/loss %.4f  train/acc %.4f  val/loss %.4f  val/acc %.4f  %.0f samples/s",
+        p.epoch,
+        t.max_epochs,
+        row["train/loss"],
+        row["train/acc"],
+        row["val/loss"],
+        row["val/acc"],
+        row["perf/samples_per_s"],
+    )
+
+
+def fit(job: Job) -> None:
+    """Train until trainer.max_epochs (or max_steps); raise `Interrupted` after a stop."""
+    t, p = job.trainer, job.progress
+    with (
+        GracefulStop() as signals,
+        ProgressView(t.max_epochs, p.epoch, enabled=job.ctx.is_main) as view,
+    ):
+        stop = distributed.AgreedStop(signals, job.ctx)  # all ranks stop after the same step
+        while p.epoch < t.max_epochs and not stop.requested:
+            if t.max_steps is not None and p.step >= t.max_steps:
+                break
+            row = train_and_evaluate(job, stop, view)
+            if row is None:
+                break
+            record_epoch(job, row, view)
+        if stop.requested:
+            stop_after_save(job, stop.signum)  # type: ignore[arg-type]
+
+
+def stop_after_save(job: Job, signum: int) -> None:
+    """Save the unfinished epoch (its sums over all ranks), summarise, close W&B, raise."""
+    p = job.progress
+    sync(job.device)
+    names = ("loss", "correct", "count")
+    sums = distributed.reduce_sums(job.ctx, [p.partial.get(k, 0.0) for k in names], job.device)
+    p.partial = dict(zip(names, sums, strict=True)) if sums[2] else {}
+    job.save("last.pt")
+    summary = summarise(job, "interrupted")
+    job.tracker.summary({"status": "interrupted"})
+    job.tracker.finish(exit_code=128 + signum)
+    raise Interrupted(
+        signum,
+        f"{signal.Signals(signum).name} received: stopped at epoch {p.epoch + 1}, step {p.step}; "
+        f"saved {summary.paths['checkpoint']}. Resume with the same command plus "
+        f"hydra.run.dir={job.layout.root} trainer.resume=auto",
+    )
+
+
+def summarise(job: Job, status: str) -> RunSummary:
+    """The run's summary; rank 0 writes summary.json."""
+    t, p = job.trainer, job.progress
+    last = p.history[-1] if p.history else {}
+    summary = RunSummary(
+        status=status,
+        epochs_completed=p.epoch,
+        steps=p.step,
+        metrics=last,
+        best={"name": t.monitor, "value": p.best, "epoch": p.best_epoch, "mode": t.monitor_mode},
+        perf={
+            "compile_s": last.get("perf/compile_s", 0.0),
+            "samples_per_s": last.get("perf/samples_per_s", 0.0),
+            "step_ms": last.get("perf/step_ms", 0.0),
+            **job.timing.as_dict(),
+            "loop_started_at": job.loop_started_at,
+            "wall_s": time.perf_counter() - job.started,
+        },
+        compile={
+            **asdict(job.compile_config),
+            "enabled": job.compiled,
+            **compile_stats(),
+            "auto": job.auto,
+        },
+        device=str(job.device),
+        strategy=t.strategy,
+        world_size=job.ctx.world_size,
+        precision=t.precision,
+        torch=torch.__version__,
+        paths=run_paths(
+            job.layout, wandb_run_dir=job.tracker.run_dir, wandb_run_id=job.tracker.run_id
+        ),
+        config=job.state.config,
+    )
+    if job.ctx.is_main:
+        summary.write(job.layout.summary)
+    return summary

@@ -1,0 +1,90 @@
+"""Every check of a run configuration that needs no data: the schemas (`trainer.config`),
+then this machine and torch (compile mode, backend, options and hardware, model name, device,
+precision). `python -m trainer` and the sweeper, before it launches trials, run the same."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from trainer.config import ConfigError, TrainConfig
+
+
+def validate_config(cfg: DictConfig) -> TrainConfig:
+    """The typed config of `cfg`, once every check passed; else the first `ConfigError`."""
+    conf = check_schema(cfg)
+    check_environment(conf)
+    return conf
+
+
+def check_environment(conf: TrainConfig) -> None:
+    """What the schema cannot know: does this torch know the compile mode, backend and Inductor
+    options, can it build the model, and does this machine have the device and precision."""
+    from trainer import compiling, devices, models
+
+    models.check_name(conf.model.name)
+    t = conf.trainer
+    if t.strategy == "ddp":
+        device = devices.rank_device(t.device, 0)
+    else:
+        device = devices.resolve_device(t.device)
+    devices.resolve_precision(t.precision, device)
+    if not conf.compile.disable:
+        compiling.check_config(conf.compile)
+        compiling.check_hardware(conf.compile, device, warn=False)
+
+
+# Keys of the composed config that belong to Hydra plumbing, not to the run.
+_NOT_RUN_KEYS = ("hydra", "sweep")
+
+
+def check_schema(cfg: DictConfig) -> TrainConfig:
+    """Check the composed config against the schemas; raise `ConfigError` on any problem."""
+    plain = OmegaConf.create(
+        {k: v for k, v in cfg.items() if k not in _NOT_RUN_KEYS} if cfg else {}
+    )
+    missing = sorted(OmegaConf.missing_keys(plain))
+    if missing:
+        raise ConfigError(
+            f"{', '.join(missing)} must be set (the config marks it ???); add "
+            f"{missing[0]}=<value> to the command line."
+        )
+    try:
+        OmegaConf.resolve(plain)
+        merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), plain)
+        result = OmegaConf.to_object(merged)
+    except ConfigError:
+        raise
+    except OmegaConfBaseException as err:
+        key = getattr(err, "full_key", None) or "?"
+        raise ConfigError(_omegaconf_message(key, err)) from None
+    assert isinstance(result, TrainConfig)
+    return result
+
+
+def _omegaconf_message(key: str, err: OmegaConfBaseException) -> str:
+    text = str(err).splitlines()[0]
+    if "MissingMandatoryValue" in type(err).__name__:
+        return f"{key} is required but not set; add {key}=<value> to the command line."
+    if "not in struct" in text or "Key '" in text and "not in" in text:
+        group, _, leaf = key.rpartition(".")
+        fields = _fields_of(group)
+        close = difflib.get_close_matches(leaf, fields, n=1)
+        hint = f" Did you mean {group}.{close[0]}?" if close else ""
+        return (
+            f"{key} is not a known setting.{hint} Known keys under {group or 'the root'}: "
+            f"{', '.join(fields)}."
+        )
+    return f"{key}: {text}. Fix the value given for {key} (on the command line or in conf/)."
+
+
+def _fields_of(group: str) -> list[str]:
+    node: Any = OmegaConf.structured(TrainConfig)
+    for part in filter(None, group.split(".")):
+        node = node.get(part)
+        if not isinstance(node, DictConfig):
+            return []
+    return [str(k) for k in node]
