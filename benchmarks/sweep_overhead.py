@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from trainer.sweep.local import run_sweep
+from trainer.sweep.backend_local import run_sweep
 from trainer.sweep.store import SweepStore
 
 RESULTS = Path(__file__).resolve().parent / "results" / "sweep_overhead.md"

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from trainer.sweep.local import run_sweep
+from trainer.sweep.backend_local import run_sweep
 from trainer.sweep.store import SweepStore
 
 from .sweep_commands import TRIAL
@@ -76,7 +76,7 @@ def test_failing_runs_are_recorded_and_the_agent_gives_up(tmp_path, capfd):
 
 SWEEPER = """
 import sys
-from trainer.sweep.local import run_sweep
+from trainer.sweep.backend_local import run_sweep
 config = {
     "method": "grid",
     "metric": {"name": "val/acc", "goal": "maximize"},

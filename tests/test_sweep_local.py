@@ -8,7 +8,8 @@ import yaml
 
 from trainer.sweep import report
 from trainer.sweep.__main__ import main as sweep_cli
-from trainer.sweep.local import run_sweep, write_sweep_yaml
+from trainer.sweep.backend_local import run_sweep
+from trainer.sweep.directory import write_sweep_yaml
 
 from .sweep_commands import TRIAL
 
@@ -115,3 +116,45 @@ def test_leaderboard_shows_compile_cache_hits_and_misses_per_run():
     assert report._cache_hits(compiled) == "5/1"
     eager = report._compile_info({"compile": {"enabled": False, "fxgraph_cache_hit": 0}})
     assert report._cache_hits(eager) == "-"
+
+
+def _res(params):
+    runs = [
+        {"id": f"run{i:05d}", "state": "finished", "params": params, "metric": 0.5 + i / 100,
+         "duration_s": 12.3, "compile_s": 1.25, "compiled": True, "fxgraph_cache_hit": 1}
+        for i in range(3)
+    ]  # fmt: skip
+    return {"sweep_id": "abc", "method": "grid", "metric": {"name": "val/acc"}, "runs": runs,
+            "best": runs[0]}  # fmt: skip
+
+
+def test_leaderboard_stays_readable_at_80_columns():
+    import io
+
+    from rich.console import Console
+
+    params = {"optimizer.lr": 0.0012345, "optimizer.weight_decay": 5e-4, "model": "mobilenet_v3_small",
+              "data.batch_size": 256}  # fmt: skip
+    line = "optimizer.lr=0.001234 optimizer.weight_decay=0.0005 model=mobilenet_v3_small data.batch_size=256"
+    narrow = Console(file=io.StringIO(), width=80, force_terminal=False)
+    report.print_leaderboard(_res(params), console=narrow)
+    text = narrow.file.getvalue()
+    assert all(len(row) <= 80 for row in text.splitlines())
+    assert "run00000" in text and "cache hit/miss" in text and "0.5" in text
+    assert line in " ".join(text.split())  # parameters whole, not folded into 3-char columns
+    wide = Console(file=io.StringIO(), width=250, force_terminal=False)
+    report.print_leaderboard(_res(params), console=wide)
+    assert line in wide.file.getvalue() and "parameters:" not in wide.file.getvalue()
+
+
+def test_results_and_best_yaml_are_written_atomically(tmp_path, monkeypatch):
+    from trainer.layout import SweepLayout
+    from trainer.sweep.store import SweepStore
+
+    layout = SweepLayout(tmp_path)
+    store = SweepStore(layout.db)
+    store.set("config", _config("grid", {"a": {"values": [1]}}))
+    written = []
+    monkeypatch.setattr(report, "write_text_atomic", lambda path, text: written.append(path))
+    report.write(store, "abc", layout)
+    assert sorted(written) == sorted([layout.results, layout.best])

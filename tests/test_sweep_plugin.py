@@ -124,6 +124,14 @@ def test_bayes_sweep_of_a_few_runs(tmp_path):
     assert all(0.5 <= r["params"]["optimizer.momentum"] <= 0.99 for r in results["runs"])
 
 
+def _exit_code(cli) -> int:
+    """What an entry point exits with: its return value, or the code exit_on_error exits with."""
+    try:
+        return cli()
+    except SystemExit as stop:
+        return stop.code
+
+
 def test_unknown_sweep_id_is_one_clear_error_exit_2(tmp_path, capsys):
     from trainer.agent import main as agent_cli
     from trainer.sweep.__main__ import main as sweep_cli
@@ -136,13 +144,13 @@ def test_unknown_sweep_id_is_one_clear_error_exit_2(tmp_path, capsys):
     assert "hydra.sweeper.sweep_id=nope" in result.stderr and "abc12345" in result.stderr
     assert "Traceback" not in result.stderr
     for cli in (lambda: agent_cli(["nope"]), lambda: sweep_cli(["show", "nope"])):
-        assert cli() == 2
+        assert _exit_code(cli) == 2
         err = capsys.readouterr().err
         assert "nope" in err and "abc12345" in err and "trainer.sweep ls" in err
 
 
 def test_join_command_names_the_root_only_when_it_is_not_the_default(tmp_path):
-    from trainer.sweep.agent import join_command, output_root
+    from trainer.sweep.directory import join_command, output_root
 
     assert output_root() == tmp_path / "outputs"  # conftest sets TRAINER_OUTPUT_DIR
     assert join_command("abc", tmp_path / "outputs") == "python -m trainer.agent abc"

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from trainer.sweep import engine
-from trainer.sweep.agent import new_id
+from trainer.sweep.directory import new_id
 from trainer.sweep.store import SweepStore
 
 GRID = {
@@ -66,7 +66,7 @@ CLAIMER = """
 import sys, os
 from trainer.sweep.store import SweepStore
 from trainer.sweep import engine
-from trainer.sweep.agent import new_id
+from trainer.sweep.directory import new_id
 store = SweepStore(sys.argv[1])
 while (run := store.claim(lambda rs: engine.next_params(store.config, rs), new_id=new_id,
                           agent_pid=os.getpid())) is not None:

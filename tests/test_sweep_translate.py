@@ -8,13 +8,13 @@ import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from wandb.sdk.launch.sweeps.utils import create_sweep_command, create_sweep_command_args
 
+from trainer.sweep.command import template as trial_command
 from trainer.sweep.translate import (
     TranslationError,
     build_sweep_config,
     flatten_parameters,
     run_count,
     split_overrides,
-    trial_command,
 )
 from trainer.sweep.trial_argv import hydra_value, repair_argv, repair_sys_argv
 
@@ -271,3 +271,43 @@ def test_grid_run_count_matches_the_engines_enumeration(parameters):
     config = {"method": "grid", "parameters": parameters}
     assert run_count(config) == _engine_enumeration(config)
     assert run_count({**config, "run_cap": 2}) == 2
+
+
+@pytest.mark.parametrize(
+    ("sources", "name", "hydra_overrides", "expected"),
+    [
+        ([{"provider": "main", "schema": "file", "path": "/repo/conf"}], "train", [], []),
+        (
+            [
+                {"provider": "command-line", "schema": "file", "path": "/u/conf"},
+                {"provider": "main", "schema": "file", "path": "/repo/conf"},
+                {"provider": "schema", "schema": "structured", "path": "structured://"},
+            ],
+            "mine",
+            ["hydra/sweeper=wandb", "hydra.searchpath=[file:///x]", "hydra.verbose=true"],
+            ["--config-dir=/u/conf", "--config-name=mine", "hydra.searchpath=[file:///x]"],
+        ),
+        (
+            [{"provider": "main", "schema": "file", "path": "/elsewhere/conf"}],
+            None,
+            [],
+            ["--config-path=/elsewhere/conf"],
+        ),
+    ],
+)
+def test_config_arguments_carry_the_users_configuration(sources, name, hydra_overrides, expected):
+    from trainer.sweep.command import config_arguments
+
+    got = config_arguments(sources, name, hydra_overrides, default_conf="/repo/conf")
+    assert got == expected
+
+
+def test_fixed_overrides_are_every_argument_after_the_entry_point():
+    from trainer.sweep.command import fixed_overrides
+
+    command = trial_command(["a=1"], ["--config-dir=/u", "hydra.searchpath=[file:///x]"])
+    assert fixed_overrides({"command": command}) == [
+        "--config-dir=/u", "hydra.searchpath=[file:///x]", "a=1", "hydra.mode=RUN",
+    ]  # fmt: skip
+    wandb_default = ["${env}", "${interpreter}", "${program}", "${args}", "b=2"]
+    assert fixed_overrides({"command": wandb_default}) == ["b=2"]

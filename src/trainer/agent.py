@@ -1,17 +1,21 @@
-"""`python -m trainer.agent SWEEP_ID [--count K]`: join a local sweep from any terminal, the
-offline twin of `wandb agent`."""
+"""`python -m trainer.agent SWEEP [--count K]`: join a local sweep from any terminal, by its id or
+its directory, the offline twin of `wandb agent`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from trainer.sweep.agent import LocalAgent, UnknownSweep, output_root
+from trainer.errors import exit_on_error
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m trainer.agent", description=__doc__)
-    parser.add_argument("sweep_id", help="id of a local sweep (python -m trainer.sweep ls)")
+    parser.add_argument(
+        "sweep",
+        help="id of a local sweep (python -m trainer.sweep ls), or its directory (hydra.sweep.dir)",
+    )
     parser.add_argument("--count", type=int, default=None, help="run at most this many trials")
     parser.add_argument(
         "--root",
@@ -34,23 +38,28 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="do not refresh results.json / best.yaml nor print the leaderboard at the end",
     )
-    args = parser.parse_args(argv)
-    try:
-        agent = LocalAgent(
-            args.sweep_id,
-            root=args.root if args.root is not None else output_root(),
-            rerun_crashed=args.rerun_crashed,
-            max_consecutive_failures=args.max_consecutive_failures,
-        )
-    except UnknownSweep as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    code = agent.run(args.count)
-    if not args.no_report:  # the sweep's files now include this agent's runs
-        from trainer.sweep import report
+    return parser
 
-        report.print_leaderboard(report.write(agent.store, agent.sweep_id, agent.dir))
-    return code
+
+@exit_on_error
+def main(argv: list[str] | None = None) -> int:
+    from trainer.sweep.agent import LocalAgent
+    from trainer.sweep.directory import find, output_root
+
+    args = _parser().parse_args(argv)
+    root = Path(args.root) if args.root is not None else output_root()
+    agent = LocalAgent(
+        find("sweep", args.sweep, root),
+        rerun_crashed=args.rerun_crashed,
+        max_consecutive_failures=args.max_consecutive_failures,
+    )
+    try:
+        return agent.run(args.count)
+    finally:
+        if not args.no_report:  # the sweep's files now include this agent's runs
+            from trainer.sweep import report
+
+            report.print_leaderboard(report.write(agent.store, agent.sweep_id, agent.layout))
 
 
 if __name__ == "__main__":

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from hydra.types import HydraContext
+from hydra.errors import HydraException
+from hydra.types import HydraContext, RunMode
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from trainer.config import ConfigError, flatten, validate
-from trainer.sweep.local import write_sweep_yaml
+from trainer.errors import TrainerError, exit_on_error
+from trainer.layout import SweepLayout, conf_dir, default_output_root
+from trainer.sweep.command import config_arguments, fixed_overrides
+from trainer.sweep.directory import write_sweep_yaml
 from trainer.sweep.translate import TranslationError, build_sweep_config, run_count
 from trainer.sweep.validate import check_sweep
+
+BACKENDS = ("local", "wandb")
 
 
 def config_keys(config: DictConfig) -> list[str]:
@@ -34,18 +39,46 @@ def config_groups(config: DictConfig, hydra_context: HydraContext) -> dict[str, 
     }
 
 
-def sweep_yaml(config: dict[str, Any]) -> str:
-    """The sweep.yaml text, written by the same function the export uses."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "sweep.yaml"
-        write_sweep_yaml(config, path)
-        return path.read_text()
+def trial_config_args(config: DictConfig) -> list[str]:
+    """The user's --config-dir/--config-path/--config-name/hydra.searchpath, for every trial."""
+    hydra = config.hydra
+    return config_arguments(
+        OmegaConf.to_container(hydra.runtime.config_sources, resolve=True),
+        hydra.job.config_name,
+        list(hydra.overrides.hydra),
+        default_conf=conf_dir(),
+    )
+
+
+def _raw_sweep_dir(tree: Any) -> Any:
+    """hydra.sweep.dir as written (interpolations unresolved), or None."""
+    tree = OmegaConf.to_container(tree, resolve=False) if OmegaConf.is_config(tree) else tree
+    return ((tree.get("hydra") or {}).get("sweep") or {}).get("dir")
+
+
+def user_sweep_dir(config: DictConfig) -> Path | None:
+    """hydra.sweep.dir resolved when the user set it (command line, their config, a sweep
+    definition), else None: the default of conf/train.yaml or of Hydra is not a choice."""
+    from hydra.conf import HydraConf
+
+    on_command_line = any(o.startswith("hydra.sweep.dir=") for o in config.hydra.overrides.hydra)
+    defaults = {
+        HydraConf().sweep.dir,
+        _raw_sweep_dir(OmegaConf.load(Path(conf_dir()) / "train.yaml")),
+    }
+    if on_command_line or _raw_sweep_dir(config) not in defaults:
+        return Path(config.hydra.sweep.dir).resolve()
+    return None
 
 
 def runner_problems(options: dict[str, Any]) -> list[str]:
-    """Problems of how the sweep is run: agents and count."""
+    """Problems of how the sweep is run: backend, agents and count."""
     problems = []
     agents, count = options.get("agents"), options.get("count")
+    if options.get("backend") not in BACKENDS:
+        problems.append(
+            f"hydra.sweeper.backend={options.get('backend')!r} is not a backend; use local or wandb"
+        )
     least = 0 if options.get("backend") == "wandb" else 1
     if not isinstance(agents, int) or isinstance(agents, bool) or agents < least:
         problems.append(
@@ -60,25 +93,78 @@ def runner_problems(options: dict[str, Any]) -> list[str]:
     return problems
 
 
-def trial_config_problems(sweep_config: dict[str, Any], config: DictConfig) -> list[str]:
-    """The problem trainer.config.validate finds in the trials' fixed config: the composed
-    config (fixed overrides applied), with each plain key swept over listed values set to its
-    first value; keys drawn from distributions keep their composed value."""
-    trial = OmegaConf.create(OmegaConf.to_container(config, resolve=False))
-    trial.pop("hydra", None)
-    groups = set(config.hydra.runtime.choices)
+def _first_values(sweep_config: dict[str, Any]) -> dict[str, Any]:
+    """Each parameter with a listed value (`value`, or the first of `values`)."""
+    first = {}
     for key, spec in (sweep_config.get("parameters") or {}).items():
-        if key in groups or not isinstance(spec, dict):
-            continue
-        if "value" in spec:
-            OmegaConf.update(trial, key, spec["value"], force_add=True)
-        elif spec.get("values"):
-            OmegaConf.update(trial, key, spec["values"][0], force_add=True)
+        if isinstance(spec, dict) and "value" in spec:
+            first[key] = spec["value"]
+        elif isinstance(spec, dict) and spec.get("values"):
+            first[key] = spec["values"][0]
+    return first
+
+
+def trial_config(
+    sweep_config: dict[str, Any], config: DictConfig, hydra_context: HydraContext
+) -> DictConfig:
+    """The first trial's config, composed as a trial composes it: the sweeper's config source
+    (the user's config dir included), its config name, the fixed overrides of `command`, each
+    config group swept over listed options set to its first option; then each plain key swept
+    over listed values set to its first value (keys drawn from distributions keep their value)."""
+    groups = config_groups(config, hydra_context)
+    first = _first_values(sweep_config)
+    overrides = [a for a in fixed_overrides(sweep_config) if not a.startswith("--")]
+    overrides += [
+        f"{key}={value}" for key, value in first.items() if str(value) in groups.get(key, ())
+    ]
+    composed = hydra_context.config_loader.load_configuration(
+        config.hydra.job.config_name, overrides, run_mode=RunMode.RUN
+    )
+    trial = OmegaConf.create(OmegaConf.to_container(composed, resolve=False))
+    trial.pop("hydra", None)
+    for key, value in first.items():
+        if key not in groups:
+            OmegaConf.update(trial, key, value, force_add=True)
+    return trial
+
+
+def trial_config_problems(
+    sweep_config: dict[str, Any], config: DictConfig, hydra_context: HydraContext
+) -> list[str]:
+    """What trainer.config.validate finds in the trials' fully composed fixed config."""
     try:
-        validate(trial)
+        validate(trial_config(sweep_config, config, hydra_context))
     except ConfigError as err:
         return [f"every trial would fail: {err}"]
+    except (HydraException, OmegaConfBaseException) as err:
+        return [f"every trial would fail to compose its config: {err}"]
     return []
+
+
+def prepare(
+    options: dict[str, Any], config: DictConfig, hydra_context: HydraContext, arguments: list[str]
+) -> dict[str, Any]:
+    """The validated W&B sweep configuration; ConfigError lists every problem."""
+    try:
+        sweep_config = build_sweep_config(options, arguments, trial_config_args(config))
+    except TranslationError as err:
+        raise ConfigError(str(err)) from err
+    check_sweep(
+        sweep_config,
+        config_keys(config),
+        config_groups(config, hydra_context),
+        [*runner_problems(options), *trial_config_problems(sweep_config, config, hydra_context)],
+    )
+    return sweep_config
+
+
+def dry_run(sweep_config: dict[str, Any], directory: Path) -> None:
+    """Print the W&B configuration and the number of runs; write it as <directory>/sweep.yaml."""
+    path = SweepLayout(directory).yaml
+    write_sweep_yaml(sweep_config, path)
+    print(path.read_text(), end="")
+    print(f"# written to {path}: `wandb sweep {path}` creates this sweep on the W&B server")
+    print(f"# runs: {run_count(sweep_config)}")
 
 
 def agent_failure(result: dict[str, Any]) -> str | None:
@@ -95,23 +181,41 @@ def agent_failure(result: dict[str, Any]) -> str | None:
     )
 
 
-def prepare(
-    options: dict[str, Any], config: DictConfig, hydra_context: HydraContext, arguments: list[str]
-) -> dict[str, Any]:
-    """The validated W&B sweep configuration; ConfigError lists every problem."""
+def _run_server(options: dict[str, Any], config: DictConfig, root: Path) -> dict[str, Any]:
+    from trainer.sweep.backend_wandb import ServerUnavailable, run_server_sweep
+
+    logger = config.get("logger") or {}
     try:
-        sweep_config = build_sweep_config(options, arguments)
-    except TranslationError as err:
-        raise ConfigError(str(err)) from err
-    check_sweep(
-        sweep_config,
-        config_keys(config),
-        config_groups(config, hydra_context),
-        [*runner_problems(options), *trial_config_problems(sweep_config, config)],
+        return run_server_sweep(
+            options["sweep_config"],
+            project=options["project"] or logger.get("project"),
+            entity=options["entity"] or logger.get("entity"),
+            sweep_id=options["sweep_id"],
+            agents=options["agents"],
+            count=options["count"],
+            root=root,
+            directory=user_sweep_dir(config),
+        )
+    except ServerUnavailable as err:  # nothing was started, but the sweep could not run
+        raise TrainerError(str(err), exit_code=1) from err
+
+
+def _run_local(options: dict[str, Any], config: DictConfig, root: Path) -> dict[str, Any]:
+    from trainer.sweep.backend_local import run_sweep
+
+    return run_sweep(
+        options["sweep_config"],
+        root=root,
+        sweep_id=options["sweep_id"],
+        directory=user_sweep_dir(config),
+        agents=options["agents"],
+        count=options["count"],
+        rerun_crashed=options["rerun_crashed"],
+        max_consecutive_failures=options["max_consecutive_failures"],
     )
-    return sweep_config
 
 
+@exit_on_error
 def sweep(
     options: Any, config: DictConfig, hydra_context: HydraContext, arguments: list[str]
 ) -> Any:
@@ -119,63 +223,13 @@ def sweep(
         k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
         for k, v in options.items()
     }
-    try:
-        sweep_config = prepare(options, config, hydra_context, arguments)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+    options["sweep_config"] = prepare(options, config, hydra_context, arguments)
     if options["dry_run"]:
-        print(sweep_yaml(sweep_config), end="")
-        print(f"# runs: {run_count(sweep_config)}")
-        return None
-    if options["backend"] == "wandb":
-        from trainer.sweep.wandb_server import ServerUnavailable, run_server_sweep
-
-        logger = config.get("logger") or {}
-        try:
-            result = run_server_sweep(
-                sweep_config,
-                project=options["project"] or logger.get("project"),
-                entity=options["entity"] or logger.get("entity"),
-                sweep_id=options["sweep_id"],
-                agents=options["agents"],
-                count=options["count"],
-                root=Path(config.paths.output_dir),
-            )
-        except ServerUnavailable as err:
-            print(f"error: {err}", file=sys.stderr)
-            sys.exit(1)
-        return _finish(result)
-    if options["backend"] != "local":
-        print(
-            f"error: hydra.sweeper.backend={options['backend']!r} is not a backend; "
-            "use local or wandb",
-            file=sys.stderr,
-        )
-        sys.exit(2)
-    from trainer.sweep.agent import UnknownSweep
-    from trainer.sweep.local import run_sweep
-
-    try:
-        result = run_sweep(
-            sweep_config,
-            root=config.paths.output_dir,
-            sweep_id=options["sweep_id"],
-            agents=options["agents"],
-            count=options["count"],
-            rerun_crashed=options["rerun_crashed"],
-            max_consecutive_failures=options["max_consecutive_failures"],
-        )
-    except UnknownSweep as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
-    return _finish(result)
-
-
-def _finish(result: dict[str, Any]) -> dict[str, Any]:
-    """Exit 1 when an agent gave up or failed; otherwise return the sweep's result."""
+        return dry_run(options["sweep_config"], Path(config.hydra.sweep.dir).resolve())
+    root = Path(OmegaConf.select(config, "paths.output_dir") or default_output_root())
+    backend = _run_server if options["backend"] == "wandb" else _run_local
+    result = backend(options, config, root)
     failure = agent_failure(result)
     if failure:
-        print(f"error: {failure}", file=sys.stderr)
-        sys.exit(1)
+        raise TrainerError(failure, exit_code=1)
     return result

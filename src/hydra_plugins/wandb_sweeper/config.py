@@ -1,9 +1,19 @@
 """The `hydra.sweeper.*` keys of `hydra/sweeper=wandb` (registered with Hydra's ConfigStore)."""
 
 from dataclasses import dataclass, field
-from typing import Any  # noqa: UP035 (Hydra scans this module without sys.modules; no postponed annotations)
+from typing import Any, Optional  # noqa: UP035 (Hydra scans this module without sys.modules; no postponed annotations)
 
 from hydra.core.config_store import ConfigStore
+
+
+@dataclass
+class MetricConf:
+    # The W&B sweep metric; unset keys stay out of the sweep (no name: a sweep without a metric).
+    name: Optional[str] = None  # noqa: UP045  one of trainer.metrics.EPOCH_METRICS, e.g. val/acc
+    goal: Optional[str] = None  # noqa: UP045  minimize (W&B's default) | maximize
+    target: Optional[float] = None  # noqa: UP045  the sweep ends once a run reaches this value
+    impute: Optional[str] = None  # noqa: UP045  bayes: value of failed runs (latest | best | worst)
+    impute_while_running: Optional[str] = None  # noqa: UP045  latest | best | worst | false
 
 
 @dataclass
@@ -11,9 +21,8 @@ class WandbSweeperConf:
     _target_: str = "hydra_plugins.wandb_sweeper.wandb_sweeper.WandbSweeper"
     # The W&B sweep configuration (https://docs.wandb.ai/guides/sweeps/sweep-config-keys).
     method: str = "random"  # grid | random | bayes
-    metric: Any = (
-        None  # {name, goal, target, impute, ...}; name is one of trainer.metrics.EPOCH_METRICS
-    )
+    # {name, goal, ...} or dotted (hydra.sweeper.metric.name=val/acc); null: no metric
+    metric: Optional[MetricConf] = field(default_factory=MetricConf)  # noqa: UP045
     parameters: dict[str, Any] = field(
         default_factory=dict
     )  # Hydra key or config group -> W&B spec
@@ -21,14 +30,17 @@ class WandbSweeperConf:
     run_cap: Any = None
     name: Any = None
     description: Any = None
-    # Where and how it runs.
+    # Where and how it runs (the local sweep's files: hydra.sweep.dir when set, else
+    # <paths.output_dir>/sweeps/<sweep id>/).
     backend: str = "local"  # local (offline, SQLite store) | wandb (the W&B server)
     agents: int = 1  # agents started here (backend=wandb: 0 only creates the sweep)
     count: Any = None  # runs per agent (None: until the sweep ends)
     sweep_id: Any = None  # join or resume an existing sweep
     project: Any = None  # backend=wandb: W&B project (default: logger.project)
     entity: Any = None  # backend=wandb: W&B entity (default: logger.entity or your default)
-    dry_run: bool = False  # print the W&B config and the number of runs, run nothing
+    dry_run: bool = (
+        False  # print the W&B config and the number of runs, write sweep.yaml, run nothing
+    )
     rerun_crashed: bool = False  # resuming: run again the trials a crash interrupted
     max_consecutive_failures: int = 5  # an agent gives up after this many failed trials in a row
 

@@ -1,5 +1,5 @@
-"""`python -m trainer.sweep show SWEEP_ID | ls`: a local sweep's leaderboard and plot, or the
-list of local sweeps with method, state and best metric."""
+"""`python -m trainer.sweep show SWEEP | ls`: a local sweep's leaderboard and plot (by id or
+directory), or the list of local sweeps with method, state and best metric."""
 
 from __future__ import annotations
 
@@ -7,20 +7,18 @@ import argparse
 import sys
 from pathlib import Path
 
+from trainer.errors import exit_on_error
 from trainer.sweep import report
-from trainer.sweep.agent import UnknownSweep, output_root, sweep_dir
+from trainer.sweep.directory import find, known, output_root, sweep_id_of
 from trainer.sweep.store import SweepStore
 
 
-def show(sweep_id: str, root: Path) -> int:
-    directory = sweep_dir(root, sweep_id)
-    if not (directory / "sweep.db").is_file():
-        print(f"error: {UnknownSweep('sweep_id', sweep_id, root)}", file=sys.stderr)
-        return 2
-    store = SweepStore(directory / "sweep.db")
-    res = report.write(store, sweep_id, directory)
+def show(sweep: str, root: Path) -> int:
+    layout = find("sweep", sweep, root)
+    store = SweepStore(layout.db)
+    res = report.write(store, sweep_id_of(store, layout), layout)
     report.print_leaderboard(res)
-    png = report.plot(store, res, directory / "sweep.png")
+    png = report.plot(store, res, layout.plot)
     print(f"wrote {png}")
     return 0
 
@@ -29,28 +27,33 @@ def ls(root: Path) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    sweeps = known(root)
+    elsewhere = any(
+        layout.root != (root / "sweeps" / sweep_id).resolve() for sweep_id, layout in sweeps
+    )
     table = Table(title=f"local sweeps in {root / 'sweeps'}")
-    for col in ("sweep", "method", "state", "runs", "metric", "best"):
-        table.add_column(col)
-    sweeps = sorted((root / "sweeps").glob("*/sweep.db"), key=lambda p: p.stat().st_mtime)
-    for db in sweeps:
-        store = SweepStore(db)
-        res = report.results(store, db.parent.name)
+    for col in ("sweep", "method", "state", "runs", "metric", "best", *(["dir"] * elsewhere)):
+        table.add_column(col, overflow="fold")
+    for sweep_id, layout in sweeps:
+        store = SweepStore(layout.db)
+        res = report.results(store, sweep_id)
         metric = res["metric"] or {}
         best = res["best"]
-        table.add_row(
-            db.parent.name,
+        row = [
+            sweep_id,
             str(res["method"]),
             str(store.get("state", "created")),
             str(len(res["runs"])),
             f"{metric.get('name', '-')} ({metric.get('goal', '-')})",
             "-" if best is None else f"{best['metric']:.4g} ({best['id']})",
-        )
+        ]
+        table.add_row(*row, *([str(layout.root)] * elsewhere))
         store.close()
     Console().print(table)
     return 0
 
 
+@exit_on_error
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainer.sweep", description=__doc__)
     parser.add_argument(
@@ -61,12 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("ls", help="list local sweeps")
     show_parser = sub.add_parser("show", help="leaderboard and sweep.png of one sweep")
-    show_parser.add_argument("sweep_id")
+    show_parser.add_argument("sweep", help="a sweep id (see ls) or a sweep directory")
     args = parser.parse_args(argv)
     root = Path(args.root) if args.root else output_root()
     if args.command == "ls":
         return ls(root)
-    return show(args.sweep_id, root)
+    return show(args.sweep, root)
 
 
 if __name__ == "__main__":

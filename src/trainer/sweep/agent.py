@@ -14,8 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer.layout import default_output_root
+from trainer.errors import TrainerError
+from trainer.layout import SweepLayout
 from trainer.sweep import engine
+from trainer.sweep.command import expand
+from trainer.sweep.directory import new_id, sweep_id_of
 from trainer.sweep.store import RunRecord, SweepStore
 
 POLL_S = 0.25  # how often a running trial's metrics, stop flag and exit are checked
@@ -23,77 +26,6 @@ HEARTBEAT_S = 2.0  # how often the store hears that a run's agent is alive
 KILL_DELAY_S = 30.0  # SIGKILL a stopped run that has not exited this long after SIGTERM
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # forwarded to the running trial
 TAIL_LINES = 30  # log lines kept in the store for a run that did not finish
-
-
-def output_root() -> Path:
-    """Where sweeps live by default: conf/paths/default.yaml's output_dir, resolved."""
-    return default_output_root()
-
-
-def sweep_dir(root: str | Path, sweep_id: str) -> Path:
-    return Path(root) / "sweeps" / sweep_id
-
-
-def join_command(sweep_id: str, root: str | Path) -> str:
-    """The command that joins this sweep from another terminal (--root only when needed)."""
-    command = f"python -m trainer.agent {sweep_id}"
-    if Path(root).resolve() != output_root().resolve():
-        command += f" --root {root}"
-    return command
-
-
-class UnknownSweep(FileNotFoundError):
-    """A sweep id with no local sweep store; the message names `key` and the known sweeps."""
-
-    def __init__(self, key: str, sweep_id: str, root: str | Path) -> None:
-        sweeps = Path(root) / "sweeps"
-        known = sorted(db.parent.name for db in sweeps.glob("*/sweep.db"))
-        listing = (
-            f"the local sweeps there are: {', '.join(known)}"
-            if known
-            else "there are no local sweeps there"
-        )
-        super().__init__(
-            f"{key}={sweep_id}: no local sweep {sweep_id!r} under {sweeps}; {listing} "
-            "(list them with python -m trainer.sweep ls). Check the id, and the output root "
-            "(--root, or TRAINER_OUTPUT_DIR / paths.output_dir)."
-        )
-
-
-def new_id() -> str:
-    """A short random id like W&B's (8 lowercase alphanumerics)."""
-    from wandb.sdk.lib.runid import generate_id
-
-    return generate_id(8)
-
-
-def trial_command(config: dict, params: dict[str, Any], run_dir: Path) -> list[str]:
-    """The sweep's `command` expanded exactly as `wandb agent` expands it, plus the run dir."""
-    from wandb.sdk.launch.sweeps import utils as sweep_utils
-
-    command = sweep_utils.create_sweep_command(list(config.get("command") or []))
-    sweep_vars = sweep_utils.create_sweep_command_args(
-        {"args": {k: {"value": v} for k, v in params.items()}}
-    )
-    sweep_vars["interpreter"] = [sys.executable]
-    sweep_vars["program"] = [config.get("program", "")]
-    sweep_vars["env"] = ["/usr/bin/env"]
-    argv: list[str] = []
-    for chunk in command:
-        chunk = str(chunk)
-        if chunk.startswith("${") and chunk.endswith("}"):
-            argv += sweep_vars.get(chunk[2:-1]) or []
-        else:
-            argv.append(chunk)
-    return [*argv, f"hydra.run.dir={run_dir}"]
-
-
-def fixed_overrides(config: dict) -> list[str]:
-    """The overrides of `command` given to every trial (everything after the macros)."""
-    command = [str(c) for c in config.get("command") or []]
-    if "${args_no_hyphens}" in command:
-        command = command[command.index("${args_no_hyphens}") + 1 :]
-    return [c for c in command if not (c.startswith("${") and c.endswith("}"))]
 
 
 def trial_env(sweep_id: str, run: RunRecord, params_path: Path, run_dir: Path) -> dict[str, str]:
@@ -146,23 +78,25 @@ def _final_state(code: int, stop_requested: bool, interrupted: bool = False) -> 
     return "failed"
 
 
+class GaveUp(TrainerError):
+    """Too many runs in a row failed: the agent stopped (exit 1); the message names them."""
+
+    exit_code = 1
+
+
 class LocalAgent:
     """Runs trials of one local sweep, one at a time, until the sweep or `count` ends."""
 
     def __init__(
         self,
-        sweep_id: str,
+        layout: SweepLayout,
         *,
-        root: str | Path | None = None,
         rerun_crashed: bool = False,
         max_consecutive_failures: int = 5,
     ) -> None:
-        self.sweep_id = sweep_id
-        self.dir = sweep_dir(root if root is not None else output_root(), sweep_id)
-        db = self.dir / "sweep.db"
-        if not db.is_file():
-            raise UnknownSweep("sweep_id", sweep_id, self.dir.parent.parent)
-        self.store = SweepStore(db)
+        self.layout = layout
+        self.store = SweepStore(layout.db)
+        self.sweep_id = sweep_id_of(self.store, layout)
         self.config: dict = self.store.config
         self.early_terminate = bool(self.config.get("early_terminate"))
         self.rerun_crashed = rerun_crashed
@@ -183,8 +117,9 @@ class LocalAgent:
         self.signum = self.signum or signum
 
     def run(self, count: int | None = None) -> int:
-        """Run trials; return 0 when the sweep (or `count`) is done, 1 after too many failures,
-        128 + signum after SIGTERM/SIGINT (the running trial is stopped and recorded)."""
+        """Run trials; return 0 when the sweep (or `count`) is done, 128 + signum after
+        SIGTERM/SIGINT (the running trial is stopped and recorded); raise GaveUp after too many
+        failures in a row."""
         if threading.current_thread() is threading.main_thread():
             previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS}
         else:
@@ -224,24 +159,22 @@ class LocalAgent:
                         f"  {r.id}: {r.state}, exit code {r.exit_code}, log {r.log_path}"
                         for r in failures
                     )
-                    print(
+                    raise GaveUp(
                         f"agent: {len(failures)} consecutive runs failed, giving up "
                         f"(max_consecutive_failures={self.max_consecutive_failures}):\n{names}",
-                        file=sys.stderr,
-                        flush=True,
                     )
-                    return 1
             else:
                 failures = []
         return 0
 
     def _run_trial(self, run: RunRecord) -> str:
-        run_dir = self.dir / "runs" / run.id
-        log_path = self.dir / "logs" / f"{run.id}.log"
-        params_path = self.dir / "params" / f"{run.id}.yaml"
+        files = self.layout.run(run.id)
+        run_dir = files.root
+        log_path = self.layout.log(run.id)
+        params_path = self.layout.params(run.id)
         for folder in (run_dir, log_path.parent, params_path.parent):
             folder.mkdir(parents=True, exist_ok=True)
-        argv = trial_command(self.config, run.params, run_dir)
+        argv = expand(self.config, run.params, run_dir)
         env = trial_env(self.sweep_id, run, params_path, run_dir)
         print(f"agent: starting run {run.id} with {json.dumps(run.params)}", flush=True)
         with open(log_path, "w") as log:
@@ -263,7 +196,7 @@ class LocalAgent:
             started_at=time.time(),
         )
         try:
-            code = self._watch(run.id, proc, run_dir / "metrics.jsonl")
+            code = self._watch(run.id, proc, files.metrics)
         except BaseException:  # the agent itself fails (or is interrupted): the run is lost
             proc.kill()
             self.store.update(run.id, state="crashed", ended_at=time.time(), pid=None)
@@ -272,7 +205,7 @@ class LocalAgent:
             self._trial = None
         stop_requested = self.store.stop_requested(run.id)
         state = _final_state(code, stop_requested, interrupted=self.signum is not None)
-        summary = read_summary(run_dir / "summary.json")
+        summary = read_summary(files.summary)
         self.store.update(
             run.id,
             state=state,

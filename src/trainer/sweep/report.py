@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from trainer.layout import SweepLayout, write_text_atomic
 from trainer.sweep import engine
-from trainer.sweep.agent import fixed_overrides
+from trainer.sweep.command import fixed_overrides
 from trainer.sweep.distributions import LOG_SCALE
 from trainer.sweep.store import SweepStore
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
 
 def _compile_info(summary: dict | None) -> dict[str, Any]:
@@ -77,7 +83,8 @@ def results(store: SweepStore, sweep_id: str) -> dict[str, Any]:
 
 
 def best_overrides(config: dict, best: dict | None) -> list[str]:
-    """The Hydra overrides that reproduce the best run: fixed overrides + its parameters."""
+    """The arguments of `python -m trainer` that reproduce the best run: the trials' fixed
+    arguments (the user's config dir and name, fixed overrides) + its parameters."""
     if best is None:
         return []
     from trainer.sweep.trial_argv import hydra_value
@@ -86,17 +93,18 @@ def best_overrides(config: dict, best: dict | None) -> list[str]:
     return [*fixed_overrides(config), *params]
 
 
-def write(store: SweepStore, sweep_id: str, directory: Path) -> dict[str, Any]:
-    """Write results.json and best.yaml into the sweep directory; return the results."""
+def write(store: SweepStore, sweep_id: str, layout: SweepLayout) -> dict[str, Any]:
+    """Write results.json and best.yaml into the sweep directory (atomically: several agents
+    refresh them); return the results."""
     res = results(store, sweep_id)
-    (directory / "results.json").write_text(json.dumps(res, indent=2, default=str))
+    write_text_atomic(layout.results, json.dumps(res, indent=2, default=str))
     overrides = best_overrides(store.config, res["best"])
     header = (
         f"# Best run of sweep {sweep_id}: python -m trainer " + " ".join(overrides) + "\n"
         if overrides
         else f"# Sweep {sweep_id} has no finished run with a metric yet.\n"
     )
-    (directory / "best.yaml").write_text(header + yaml.safe_dump(overrides, sort_keys=False))
+    write_text_atomic(layout.best, header + yaml.safe_dump(overrides, sort_keys=False))
     return res
 
 
@@ -117,32 +125,63 @@ def _cache_hits(entry: dict[str, Any]) -> str:
     return f"{total('cache_hit')}/{total('cache_miss')}"
 
 
-def print_leaderboard(res: dict[str, Any]) -> None:
-    """The leaderboard on the console: rank, run, parameters, metric, state, duration."""
-    from rich.console import Console
+def _params(entry: dict[str, Any]) -> str:
+    return " ".join(f"{k}={_fmt(v)}" for k, v in entry["params"].items())
+
+
+def leaderboard(res: dict[str, Any], *, with_params: bool) -> Table:
+    """The leaderboard table: rank, run, metric, state, duration, compile time, cache hits; the
+    parameters as a last column when `with_params`."""
     from rich.table import Table
 
     metric = res["metric"] or {}
     table = Table(title=f"sweep {res['sweep_id']} ({res.get('method')})")
-    for col in ("rank", "run", "params", metric.get("name", "metric"), "state", "duration"):
-        table.add_column(col, overflow="fold")
-    table.add_column("compile_s")
-    table.add_column("cache hit/miss")
+    for col in ("rank", "run", metric.get("name", "metric"), "state", "time", "compile_s"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("cache hit/miss", no_wrap=True)
+    if with_params:
+        table.add_column("params", overflow="fold")
     for i, e in enumerate(res["runs"], start=1):
-        params = " ".join(f"{k}={_fmt(v)}" for k, v in e["params"].items())
         dur = e.get("duration_s")
         table.add_row(
             str(i),
             e["id"],
-            params,
             "-" if e["metric"] is None else _fmt(e["metric"]),
             e["state"],
             "-" if dur is None else f"{dur:.1f}s",
             "-" if e.get("compile_s") is None else f"{e['compile_s']:.2f}",
             _cache_hits(e),
+            *([_params(e)] * with_params),
         )
-    console = Console()
-    console.print(table)
+    return table
+
+
+def print_leaderboard(res: dict[str, Any], console: Console | None = None) -> None:
+    """The leaderboard on the console. The parameters share the table when they fit its width
+    unbroken; otherwise (a narrow terminal, a log file: 80 columns) each run's parameters follow
+    the table on their own line, so no column is squeezed to a few characters."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    console = console or Console()
+    table = leaderboard(res, with_params=True)
+    unbounded = console.options.update_width(10_000)  # the table's natural width, unwrapped
+    fits = Measurement.get(console, unbounded, table).maximum <= console.width
+    console.print(table if fits else leaderboard(res, with_params=False))
+    if not fits and res["runs"]:
+        console.print("parameters:")
+        for i, e in enumerate(res["runs"], start=1):
+            lead = f"  {i:>2} {e['id']}  "
+            text = textwrap.fill(
+                _params(e),
+                width=max(console.width, len(lead) + 20),
+                initial_indent=lead,
+                subsequent_indent=" " * len(lead),
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+            console.print(text, highlight=False, soft_wrap=True, markup=False)
+    metric = res["metric"] or {}
     if res["best"]:
         console.print(
             f"best: {res['best']['id']}  {metric.get('name')}={_fmt(res['best']['metric'])}"

@@ -12,6 +12,7 @@ from hydra.core.override_parser.types import (
     RangeSweep,
 )
 
+from trainer.sweep.command import template
 from trainer.sweep.distributions import MIN_MAX, grid_points
 
 # The top-level keys of a W&B sweep configuration that the sweeper config carries.
@@ -79,21 +80,20 @@ def split_overrides(overrides: list[str]) -> tuple[list[str], dict[str, dict]]:
     return fixed, swept
 
 
-def trial_command(fixed: list[str]) -> list[str]:
-    """The `command` W&B's agent runs: `python -m trainer key=value ... <fixed overrides>`."""
-    return [
-        "${env}",
-        "${interpreter}",
-        "-m",
-        "trainer",
-        "${args_no_hyphens}",
-        *fixed,
-        "hydra.mode=RUN",
-    ]
+def sweep_metric(metric: Any) -> Any:
+    """The sweeper's `metric` without its unset keys; None when nothing is set (no metric).
+    Anything but a mapping is passed on for the schema check to name."""
+    if not isinstance(metric, dict):
+        return metric
+    metric = {k: v for k, v in metric.items() if v is not None}
+    return metric or None
 
 
-def build_sweep_config(sweeper: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """The W&B sweep configuration of a sweeper config plus the command line (which wins)."""
+def build_sweep_config(
+    sweeper: dict[str, Any], overrides: list[str], config_args: list[str] = ()
+) -> dict[str, Any]:
+    """The W&B sweep configuration of a sweeper config plus the command line (which wins);
+    `config_args` (the user's --config-dir/--config-name...) go into every trial's command."""
     fixed, swept = split_overrides(overrides)
     fixed_keys = {line.lstrip("+~").split("=", 1)[0] for line in fixed}
     parameters = {
@@ -104,11 +104,11 @@ def build_sweep_config(sweeper: dict[str, Any], overrides: list[str]) -> dict[st
     parameters.update(swept)
     config: dict[str, Any] = {}
     for key in SWEEP_KEYS:
-        value = sweeper.get(key)
+        value = sweep_metric(sweeper.get(key)) if key == "metric" else sweeper.get(key)
         if value is not None:
             config[key] = value
     config["parameters"] = parameters
-    config["command"] = trial_command(fixed)
+    config["command"] = template(fixed, config_args)
     return config
 
 

@@ -9,11 +9,10 @@ parses argv. Light imports only: this runs before Hydra starts."""
 from __future__ import annotations
 
 import math
-import os
 import re
 from typing import Any
 
-import yaml
+from trainer.sweep_params import param_path, sweep_param_values
 
 
 def hydra_value(value: Any) -> str:
@@ -57,14 +56,6 @@ def _reads_back(text: str) -> bool:
     return isinstance(parsed, str) and parsed == text
 
 
-def sweep_param_values(path: str) -> dict[str, Any]:
-    """{key: value} from the parameter YAML W&B's agent writes (`{key: {value: v}}`)."""
-    with open(path) as handle:
-        raw = yaml.safe_load(handle) or {}
-    raw.pop("wandb_version", None)  # the header wandb's agent writes into this file
-    return {k: (v.get("value") if isinstance(v, dict) else v) for k, v in raw.items()}
-
-
 def repair_argv(argv: list[str], params: dict[str, Any]) -> list[str]:
     """Replace each `key=<str(value)>` the agent wrote with `key=<value in Hydra syntax>`."""
     expected = {f"{key}={value}": key for key, value in params.items()}
@@ -77,7 +68,7 @@ def repair_argv(argv: list[str], params: dict[str, Any]) -> list[str]:
 
 def repair_sys_argv(argv: list[str]) -> list[str]:
     """argv with sweep values repaired when this process is a sweep trial, else unchanged."""
-    path = os.environ.get("WANDB_SWEEP_PARAM_PATH")
-    if not path or not os.path.isfile(path):
+    path = param_path()
+    if path is None:
         return argv
     return argv[:1] + repair_argv(argv[1:], sweep_param_values(path))

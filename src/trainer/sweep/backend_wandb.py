@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from trainer.sweep.local import write_sweep_yaml
+from trainer.layout import SweepLayout
+from trainer.sweep.directory import write_sweep_yaml
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 PROBE_TIMEOUT_S = 3.0
@@ -115,16 +116,17 @@ def run_server_sweep(
     agents: int,
     count: int | None,
     root: Path,
+    directory: Path | None = None,
 ) -> dict[str, Any]:
-    """Create the sweep (or join `sweep_id`), print the agent line, run `agents` agents, wait."""
+    """Create the sweep (or join `sweep_id`), print the agent line, run `agents` agents, wait.
+    A new sweep's sweep.yaml goes into `directory` (hydra.sweep.dir) or <root>/sweeps/<id>/."""
     preflight()
     import wandb
 
     if sweep_id is None:
         sweep_id = wandb.sweep(config, project=project, entity=entity)
-        directory = Path(root) / "sweeps" / sweep_id
-        directory.mkdir(parents=True, exist_ok=True)
-        write_sweep_yaml(config, directory / "sweep.yaml")
+        layout = SweepLayout(directory) if directory else SweepLayout.under(root, sweep_id)
+        write_sweep_yaml(config, layout.yaml)
     entity = entity or wandb.Api().default_entity
     path = f"{entity}/{project}/{sweep_id}"
     print(f"sweep {sweep_id} on {base_url()}; run agents anywhere with:\n  wandb agent {path}")

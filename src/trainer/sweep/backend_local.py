@@ -1,0 +1,124 @@
+"""The local (offline) backend: create or reopen a sweep in its directory (`hydra.sweep.dir`, or
+<root>/sweeps/<id>/), run local agent processes on it until it ends, then report (leaderboard,
+results.json, best.yaml)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from trainer.errors import TrainerError
+from trainer.layout import SweepLayout
+from trainer.sweep import report
+from trainer.sweep.directory import (
+    create,
+    find,
+    join_command,
+    new_id,
+    sweep_id_of,
+    write_sweep_yaml,
+)
+from trainer.sweep.store import SweepStore
+
+
+def _agent_argv(
+    layout: SweepLayout, count: int | None, rerun_crashed: bool, max_consecutive_failures: int
+) -> list[str]:
+    argv = [
+        sys.executable,
+        "-m",
+        "trainer.agent",
+        str(layout.root),  # by directory: wherever the sweep lives
+        "--max-consecutive-failures",
+        str(max_consecutive_failures),
+        "--no-report",  # run_sweep reports once, after all its agents
+    ]
+    if count is not None:
+        argv += ["--count", str(count)]
+    if rerun_crashed:
+        argv.append("--rerun-crashed")
+    return argv
+
+
+def _create(
+    config: dict, root: Path, directory: Path | None
+) -> tuple[str, SweepLayout, SweepStore]:
+    sweep_id = new_id()
+    layout = create(root, sweep_id, directory)
+    store = SweepStore(layout.db)
+    store.set("config", config)
+    store.set("sweep_id", sweep_id)
+    store.set("created_at", time.time())
+    write_sweep_yaml(config, layout.yaml)
+    print(f"sweep {sweep_id}: created {layout.root}", flush=True)
+    return sweep_id, layout, store
+
+
+def _reopen(
+    sweep_id: str, root: Path, directory: Path | None
+) -> tuple[str, SweepLayout, SweepStore]:
+    """The sweep to resume: the one in hydra.sweep.dir when that holds one, else found by id."""
+    if directory is not None and SweepLayout(directory).exists():
+        layout = SweepLayout(Path(directory).resolve())
+    else:
+        layout = find("hydra.sweeper.sweep_id", sweep_id, root)
+    store = SweepStore(layout.db)
+    found = sweep_id_of(store, layout)
+    if found != sweep_id and Path(sweep_id).expanduser().resolve() != layout.root:
+        store.close()
+        raise TrainerError(
+            f"hydra.sweeper.sweep_id={sweep_id}: hydra.sweep.dir={layout.root} holds sweep "
+            f"{found}; resume that one with hydra.sweeper.sweep_id={found}, or drop "
+            "hydra.sweep.dir to find the sweep by its id."
+        )
+    lost = store.mark_lost_runs()
+    print(
+        f"sweep {found}: resuming {layout.root}"
+        + (f" ({len(lost)} lost run(s) marked crashed: {', '.join(lost)})" if lost else ""),
+        flush=True,
+    )
+    return found, layout, store
+
+
+def run_sweep(
+    config: dict,
+    *,
+    root: str | Path,
+    sweep_id: str | None = None,
+    directory: str | Path | None = None,
+    agents: int = 1,
+    count: int | None = None,
+    rerun_crashed: bool = False,
+    max_consecutive_failures: int = 5,
+) -> dict:
+    """Create (sweep_id None) or reopen (sweep_id given) the local sweep in `directory` (the
+    user's hydra.sweep.dir) or <root>/sweeps/<sweep_id>/, run `agents` local agent processes
+    (each at most `count` trials) until the sweep ends, print the leaderboard, write
+    results.json and best.yaml, and return the results dict."""
+    root = Path(root).resolve()
+    directory = Path(directory).resolve() if directory is not None else None
+    if sweep_id is None:
+        sweep_id, layout, store = _create(config, root, directory)
+    else:
+        sweep_id, layout, store = _reopen(sweep_id, root, directory)
+    store.set("state", "running")
+    hint = join_command(sweep_id, root, layout.root)
+    print(f"sweep {sweep_id}: join from another terminal with {hint}", flush=True)
+    argv = _agent_argv(layout, count, rerun_crashed, max_consecutive_failures)
+    env = {**os.environ, "TRAINER_OUTPUT_DIR": str(root)}
+    procs = [subprocess.Popen(argv, env=env) for _ in range(max(agents, 1))]
+    try:
+        codes = [p.wait() for p in procs]
+    except KeyboardInterrupt:  # Ctrl-C reached the agents too: each stops and records its trial
+        codes = [p.wait() for p in procs]
+    gave_up = any(code != 0 for code in codes)
+    running = [r for r in store.runs() if r.state == "running"]
+    store.set("state", "failed" if gave_up else ("running" if running else "finished"))
+    res = report.write(store, sweep_id, layout)
+    res["agent_exit_codes"] = codes
+    report.print_leaderboard(res)
+    store.close()
+    return res

@@ -1,0 +1,83 @@
+"""The trial command of a sweep, in one place: the `command` template written into the W&B sweep
+configuration, its expansion the way `wandb agent` expands it, and the arguments every trial
+gets (the user's config dir and name, and the fixed overrides)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+ARGS_MACRO = "${args_no_hyphens}"  # where `wandb agent` puts `key=value` of each parameter
+ENTRY = ["-m", "trainer"]  # the entry point every trial runs
+
+
+def _is_macro(chunk: str) -> bool:
+    return chunk.startswith("${") and chunk.endswith("}")
+
+
+def template(fixed: Iterable[str], config_args: Iterable[str] = ()) -> list[str]:
+    """The `command` W&B's agent runs: `python -m trainer [config args] key=value ... <fixed>`;
+    config args (`--config-dir=...`) come first, where Hydra's parser wants its options."""
+    return ["${env}", "${interpreter}", *ENTRY, *config_args, ARGS_MACRO, *fixed, "hydra.mode=RUN"]
+
+
+def config_arguments(
+    sources: Iterable[Mapping[str, Any]],
+    config_name: str | None,
+    hydra_overrides: Iterable[str],
+    *,
+    default_conf: str,
+    default_name: str = "train",
+) -> list[str]:
+    """What a trial needs to compose the sweep's own configuration: `--config-path` when the
+    primary config dir is not `default_conf`, `--config-dir` for each added dir, `--config-name`
+    when it is not `default_name`, and the command line's `hydra.searchpath`. `sources` are
+    hydra.runtime.config_sources, `hydra_overrides` hydra.overrides.hydra."""
+    args: list[str] = []
+    for source in sources:
+        if source.get("schema") != "file":
+            continue
+        path = str(source.get("path"))
+        if (
+            source.get("provider") == "main"
+            and Path(path).resolve() != Path(default_conf).resolve()
+        ):
+            args.append(f"--config-path={Path(path).resolve()}")
+        elif source.get("provider") == "command-line":
+            args.append(f"--config-dir={Path(path).resolve()}")
+    if config_name and config_name != default_name:
+        args.append(f"--config-name={config_name}")
+    args += [o for o in hydra_overrides if o.split("=", 1)[0] == "hydra.searchpath"]
+    return args
+
+
+def expand(config: Mapping[str, Any], params: Mapping[str, Any], run_dir: Path) -> list[str]:
+    """The sweep's `command` expanded exactly as `wandb agent` expands it, plus the run dir."""
+    from wandb.sdk.launch.sweeps import utils as sweep_utils
+
+    command = sweep_utils.create_sweep_command(list(config.get("command") or []))
+    sweep_vars = sweep_utils.create_sweep_command_args(
+        {"args": {k: {"value": v} for k, v in params.items()}}
+    )
+    sweep_vars["interpreter"] = [sys.executable]
+    sweep_vars["program"] = [config.get("program", "")]
+    sweep_vars["env"] = ["/usr/bin/env"]
+    argv: list[str] = []
+    for chunk in map(str, command):
+        argv += (sweep_vars.get(chunk[2:-1]) or []) if _is_macro(chunk) else [chunk]
+    return [*argv, f"hydra.run.dir={run_dir}"]
+
+
+def fixed_overrides(config: Mapping[str, Any]) -> list[str]:
+    """The arguments of `command` that every trial gets: everything after the entry point
+    (`-m trainer`, or `${program}`) that is not a macro, config args included."""
+    command = [str(c) for c in config.get("command") or []]
+    if "-m" in command:
+        command = command[command.index("-m") + 2 :]
+    elif "${program}" in command:
+        command = command[command.index("${program}") + 1 :]
+    elif ARGS_MACRO in command:
+        command = command[command.index(ARGS_MACRO) + 1 :]
+    return [c for c in command if not _is_macro(c)]
