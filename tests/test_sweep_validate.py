@@ -154,3 +154,22 @@ def test_schema_violations_name_the_offending_key():
         {"method": "random", "parameters": {"optimizer.lr": {"values": [0.1]}}, "run_cap": 0}
     )
     assert any(p.startswith("run_cap: ") for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {
+            "method": "custom",
+            "metric": None,
+            "metrics": [{"name": "val/loss", "goal": "minimize"}, {"name": "val/acc"}],
+            "scheduler": {"engine": "optuna"},
+        },
+        {"method": "custom", "scheduler": {"engine": "ax"}},
+        {"method": "bayes", "scheduler": {"engine": "wandb"}},
+    ],
+)
+def test_newer_wandb_keys_are_valid_configuration(extra):
+    """`metrics:`, `scheduler:` and `method: custom`, as W&B's schema knows them today."""
+    config = {k: v for k, v in {**sweep(), **extra}.items() if v is not None}
+    assert sweep_problems(config, KEYS, GROUPS) == []

@@ -34,20 +34,17 @@ def test_a_key_in_the_wandb_settings_file_is_found(no_credentials, monkeypatch):
     config_dir = no_credentials / "wandb-config"
     config_dir.mkdir()
     (config_dir / "settings").write_text("[default]\napi_key = " + "k" * 40 + "\n")
-    import wandb
-
-    wandb.teardown()  # the settings file is read when wandb sets up
-    try:
-        assert wandb_server.api_key_present(url)
-        # found the key, so the next problem is the unreachable server, not the key
-        with pytest.raises(wandb_server.ServerUnavailable, match="cannot reach"):
-            wandb_server.preflight(url)
-    finally:
-        wandb.teardown()
+    assert wandb_server.api_key_present(url)
+    # found the key, so the next problem is the unreachable server, not the key
+    with pytest.raises(wandb_server.ServerUnavailable, match="cannot reach"):
+        wandb_server.preflight(url)
 
 
-def test_no_key_anywhere_says_how_to_log_in(no_credentials):
-    with pytest.raises(wandb_server.ServerUnavailable, match="wandb login"):
+def test_no_key_anywhere_says_how_to_log_in(no_credentials, monkeypatch):
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    assert wandb_server.api_key_present("http://127.0.0.1:1")  # found once ...
+    monkeypatch.delenv("WANDB_API_KEY")
+    with pytest.raises(wandb_server.ServerUnavailable, match="wandb login"):  # ... not cached
         wandb_server.preflight(f"http://127.0.0.1:{_closed_port()}")
 
 
@@ -61,11 +58,12 @@ def test_a_malformed_key_is_a_clear_error_within_seconds(no_credentials, monkeyp
     assert time.monotonic() - started < 5
 
 
-def test_the_check_leaves_wandb_in_its_mode_and_prints_nothing(no_credentials, capfd):
-    import wandb
+def test_the_check_leaves_wandb_offline_and_prints_nothing(no_credentials, monkeypatch, capfd):
+    import os
 
-    before = wandb.setup().settings.mode
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.delenv("WANDB_BASE_URL", raising=False)
     assert not wandb_server.api_key_present(f"http://127.0.0.1:{_closed_port()}")
-    assert wandb.setup().settings.mode == before
+    assert os.environ["WANDB_MODE"] == "offline" and "WANDB_BASE_URL" not in os.environ
     out, err = capfd.readouterr()
     assert "wandb:" not in out + err

@@ -30,19 +30,25 @@ def base_url() -> str:
 
 
 @contextlib.contextmanager
-def _quiet_online(url: str) -> Iterator[None]:
-    """wandb set up online for `url` and silenced (login prints its notices), then restored."""
+def _fresh_online_wandb(url: str) -> Iterator[None]:
+    """wandb set up anew from the environment, online for `url` (wandb.login refuses to look
+    for credentials in offline mode) and silenced; torn down afterwards, so that neither the
+    credentials found nor the mode outlive the check. Never under a live run."""
     import wandb
 
+    saved = {k: os.environ.get(k) for k in ("WANDB_MODE", "WANDB_BASE_URL")}
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        before = wandb.setup().settings
-        mode, previous_url = before.mode, before.base_url
-        # wandb.login refuses to look for credentials while the process is in offline mode.
-        wandb.setup(settings=wandb.Settings(mode="online", base_url=url))
+        wandb.teardown()  # settings file and environment are read again by the next login
+        os.environ.update(WANDB_MODE="online", WANDB_BASE_URL=url)
         try:
             yield
         finally:
-            wandb.setup(settings=wandb.Settings(mode=mode, base_url=previous_url))
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            wandb.teardown()
 
 
 def api_key_present(url: str, *, verify: bool = False) -> bool:
@@ -52,8 +58,10 @@ def api_key_present(url: str, *, verify: bool = False) -> bool:
     import wandb
     from wandb.errors import AuthenticationError
 
+    if wandb.run is not None:  # a live run in this process: it already has its credentials
+        return True
     try:
-        with _quiet_online(url):
+        with _fresh_online_wandb(url):
             return bool(wandb.login(verify=verify, prompt=False))
     except AuthenticationError as error:
         raise ServerUnavailable(

@@ -84,7 +84,8 @@ def target_reached(config: dict, runs: list[RunRecord]) -> bool:
 
 
 def next_params(config: dict, runs: list[RunRecord]) -> tuple[dict, dict | None] | None:
-    """The next parameters to try, or None when the sweep is exhausted (grid done, run_cap)."""
+    """The next parameters to try, or None when the sweep is over (grid done, run_cap, or a run
+    reached metric.target)."""
     cap = config.get("run_cap")
     if cap is not None and len(runs) >= cap:
         return None
