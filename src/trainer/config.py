@@ -89,6 +89,11 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         _one_of("data", self.name, DATASETS)
+        _check(
+            self.name != "imagefolder" or bool(self.root),
+            "data=imagefolder needs the folder of its images; add data.root=/path/to/images "
+            "(laid out as <root>/<class>/<image>).",
+        )
         _positive("data.batch_size", self.batch_size)
         _positive("data.eval_batch_size", self.eval_batch_size)
         _check(self.num_workers >= 0, "data.num_workers must be >= 0.")
