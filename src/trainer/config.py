@@ -249,7 +249,7 @@ def register_schemas() -> None:
     from hydra.core.config_store import ConfigStore  # noqa: PLC0415
 
     store = ConfigStore.instance()
-    for group, schema in GROUP_SCHEMAS.items():
+    for group, schema in {**GROUP_SCHEMAS, "eval": EvalConfig}.items():
         node = OmegaConf.to_container(OmegaConf.structured(schema), resolve=False)
         store.store(group=group, name="schema", node=OmegaConf.create(node))
 
@@ -277,7 +277,7 @@ def validate(cfg: DictConfig) -> TrainConfig:
 
 @dataclass
 class EvalConfig:
-    """The `eval` section of conf/evaluate.yaml (`python -m trainer.evaluate`)."""
+    """The `eval` section of `python -m trainer.evaluate` (conf/evaluate.yaml: `eval: schema`)."""
 
     warmup: int = 3  # forward passes after the first call, before timing
     steps: int = 50  # timed forward passes, cycling over the validation batches
