@@ -95,7 +95,9 @@ def _read(path: Path, key: str) -> Any:
     pickled) is read the old way only for trainer.resume, after saying so."""
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
+    except pickle.UnpicklingError as err:
+        if "Unsupported global" not in str(err):  # a corrupt file, not a pickled object
+            raise
         if key != "trainer.resume":
             raise ConfigError(
                 f"{key}={path} holds pickled Python objects (a checkpoint written by an older "

@@ -89,6 +89,11 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         _one_of("data", self.name, DATASETS)
+        _check(
+            self.name != "imagefolder" or bool(self.root),
+            "data=imagefolder needs the folder of its images; add data.root=/path/to/images "
+            "(laid out as <root>/<class>/<image>).",
+        )
         _positive("data.batch_size", self.batch_size)
         _positive("data.eval_batch_size", self.eval_batch_size)
         _check(self.num_workers >= 0, "data.num_workers must be >= 0.")
@@ -244,7 +249,7 @@ def register_schemas() -> None:
     from hydra.core.config_store import ConfigStore  # noqa: PLC0415
 
     store = ConfigStore.instance()
-    for group, schema in GROUP_SCHEMAS.items():
+    for group, schema in {**GROUP_SCHEMAS, "eval": EvalConfig}.items():
         node = OmegaConf.to_container(OmegaConf.structured(schema), resolve=False)
         store.store(group=group, name="schema", node=OmegaConf.create(node))
 
@@ -272,7 +277,7 @@ def validate(cfg: DictConfig) -> TrainConfig:
 
 @dataclass
 class EvalConfig:
-    """The `eval` section of conf/evaluate.yaml (`python -m trainer.evaluate`)."""
+    """The `eval` section of `python -m trainer.evaluate` (conf/evaluate.yaml: `eval: schema`)."""
 
     warmup: int = 3  # forward passes after the first call, before timing
     steps: int = 50  # timed forward passes, cycling over the validation batches

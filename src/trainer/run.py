@@ -51,12 +51,7 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
         state.restore(resume_from, is_main=ctx.is_main)
 
     recipe = StepRecipe(device, precision=t.precision, dtype=dtype, grad_clip=t.grad_clip)
-    planned = planned_steps(
-        max_epochs=t.max_epochs,
-        max_steps=t.max_steps,
-        per_epoch=len(data.train),
-        done=state.progress.step,
-    )
+    planned = planned_steps(t, per_epoch=len(data.train), done=state.progress.step)
     make_optimizer = functools.partial(build_optimizer, conf.optimizer)
     auto = maybe_decide(
         state.model, make_optimizer, data.train, cfg=conf.compile, recipe=recipe, planned=planned
@@ -68,8 +63,20 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
     train_model = distributed.wrap(state.model, ctx)  # compiled in place, then wrapped
 
     tracker = open_tracker(conf, state.config, cfg, layout, ctx.is_main)
-    job = Job(state, train_model, data, ctx, device, dtype, t, conf.compile, compiled, auto,
-              layout, tracker)  # fmt: skip
+    job = Job(
+        state=state,
+        train_model=train_model,
+        data=data,
+        ctx=ctx,
+        device=device,
+        dtype=dtype,
+        trainer=t,
+        compile_config=conf.compile,
+        compiled=compiled,
+        auto=auto,
+        layout=layout,
+        tracker=tracker,
+    )
     try:
         fit(job)
         summary = summarise(job, "finished")

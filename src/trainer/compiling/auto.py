@@ -18,7 +18,7 @@ from torch import nn
 
 from trainer.compiling.apply import apply_compile, maybe_compile_optimizer
 from trainer.compiling.stats import compile_stats, reset
-from trainer.config import CompileConfig
+from trainer.config import CompileConfig, TrainerConfig
 from trainer.devices import grad_scaler, sync
 from trainer.loop import train_step
 
@@ -159,10 +159,12 @@ def _log(report: dict[str, Any]) -> None:
     )
 
 
-def planned_steps(*, max_epochs: int, max_steps: int | None, per_epoch: int, done: int) -> int:
-    """Optimizer steps the run still has to take."""
-    planned = max(max_epochs * per_epoch - done, 0)
-    return planned if max_steps is None else min(planned, max(max_steps - done, 0))
+def planned_steps(trainer: TrainerConfig, *, per_epoch: int, done: int) -> int:
+    """Optimizer steps the run still has to take (trainer.max_epochs, capped by max_steps)."""
+    planned = max(trainer.max_epochs * per_epoch - done, 0)
+    if trainer.max_steps is None:
+        return planned
+    return min(planned, max(trainer.max_steps - done, 0))
 
 
 def maybe_decide(
