@@ -140,6 +140,8 @@ def test_hydra_sweep_dir_holds_the_sweep_and_the_id_or_directory_finds_it(tmp_pa
     assert sweep_id in listing and listing.count(sweep_id) == 1
     assert sweep_cli(["show", sweep_id]) == 0
     assert (target / "sweep.png").stat().st_size > 0
+    assert sweep_cli(["show", str(target)]) == 0  # by directory
+    assert f"sweep {sweep_id}" in capsys.readouterr().out
     again = run_cli("sweep=lr_random", f"hydra.sweep.dir={target}", *CHEAP)
     assert again.returncode == 2 and f"hydra.sweeper.sweep_id={sweep_id}" in again.stderr
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from trainer.errors import exit_on_error
+from trainer.layout import SweepLayout
 from trainer.sweep import report
 from trainer.sweep.directory import find, known, output_root, sweep_id_of
 from trainer.sweep.store import SweepStore
@@ -23,14 +24,18 @@ def show(sweep: str, root: Path) -> int:
     return 0
 
 
+def _elsewhere(root: Path, sweep_id: str, layout: SweepLayout) -> bool:
+    """Whether the sweep lives in its own hydra.sweep.dir (linked from <root>/sweeps/<id>)."""
+    home = SweepLayout.under(root, sweep_id).root
+    return home.is_symlink() or home.resolve() != layout.root
+
+
 def ls(root: Path) -> int:
     from rich.console import Console
     from rich.table import Table
 
     sweeps = known(root)
-    elsewhere = any(
-        layout.root != (root / "sweeps" / sweep_id).resolve() for sweep_id, layout in sweeps
-    )
+    elsewhere = any(_elsewhere(root, sweep_id, layout) for sweep_id, layout in sweeps)
     table = Table(title=f"local sweeps in {root / 'sweeps'}")
     for col in ("sweep", "method", "state", "runs", "metric", "best", *(["dir"] * elsewhere)):
         table.add_column(col, overflow="fold")
@@ -47,7 +52,8 @@ def ls(root: Path) -> int:
             f"{metric.get('name', '-')} ({metric.get('goal', '-')})",
             "-" if best is None else f"{best['metric']:.4g} ({best['id']})",
         ]
-        table.add_row(*row, *([str(layout.root)] * elsewhere))
+        away = _elsewhere(root, sweep_id, layout)
+        table.add_row(*row, *([str(layout.root) if away else "-"] * elsewhere))
         store.close()
     Console().print(table)
     return 0
