@@ -30,6 +30,13 @@ def main(argv: list[str] | None = None) -> int:
         help="give up after this many failed runs in a row",
     )
     parser.add_argument(
+        "--cpus-per-trial",
+        type=int,
+        default=None,
+        help="CPUs (threads and cores) each trial gets (default: the sweep's setting, else the "
+        "CPUs the sweep's other agents leave free)",
+    )
+    parser.add_argument(
         "--no-report",
         action="store_true",
         help="do not refresh results.json / best.yaml nor print the leaderboard at the end",
@@ -41,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
             root=args.root if args.root is not None else output_root(),
             rerun_crashed=args.rerun_crashed,
             max_consecutive_failures=args.max_consecutive_failures,
+            cpus_per_trial=args.cpus_per_trial,
         )
     except UnknownSweep as err:
         print(f"error: {err}", file=sys.stderr)

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from trainer import checkpoint as ckpt
 from trainer import compile as compiling
-from trainer import compile_auto, distributed
+from trainer import compile_auto, cpu_share, distributed
 from trainer.config import ConfigError, TrainConfig, TrainerConfig, flatten, validate
 from trainer.console import ProgressView, print_summary
 from trainer.data import build_data
@@ -155,6 +155,7 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
     """Train and evaluate as `cfg` says; return the last epoch's metrics plus `best`."""
     conf = validate(cfg)
     t = conf.trainer
+    cpu = cpu_share.apply(t.num_threads, conf.data.num_workers)  # before any parallel work
     ctx = distributed.setup(t)  # trainer.strategy=ddp: this rank of torchrun's process group
     out = distributed.agree_run_dir(ctx, _run_dir(run_dir))
     out.mkdir(parents=True, exist_ok=True)
@@ -303,6 +304,7 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
             "strategy": t.strategy,
             "world_size": ctx.world_size,
             "precision": t.precision,
+            "cpu": cpu_share.record(cpu),
             "torch": torch.__version__,
             "paths": paths,
             "config": resolved,

@@ -10,6 +10,7 @@ from typing import Any
 from hydra.types import HydraContext
 from omegaconf import DictConfig, OmegaConf
 
+from trainer import cpu_share
 from trainer.config import ConfigError, flatten, validate
 from trainer.sweep.local import write_sweep_yaml
 from trainer.sweep.translate import TranslationError, build_sweep_config, run_count
@@ -57,7 +58,7 @@ def runner_problems(options: dict[str, Any]) -> list[str]:
             f"hydra.sweeper.count={count!r} must be a positive number of runs per agent, "
             "or left out (null) to run until the sweep ends"
         )
-    return problems
+    return problems + cpu_share.sweep_problems(options)
 
 
 def trial_config_problems(sweep_config: dict[str, Any], config: DictConfig) -> list[str]:
@@ -141,6 +142,7 @@ def sweep(
                 agents=options["agents"],
                 count=options["count"],
                 root=Path(config.paths.output_dir),
+                cpus_per_trial=options["cpus_per_trial"],
             )
         except ServerUnavailable as err:
             print(f"error: {err}", file=sys.stderr)
@@ -165,6 +167,7 @@ def sweep(
             count=options["count"],
             rerun_crashed=options["rerun_crashed"],
             max_consecutive_failures=options["max_consecutive_failures"],
+            cpus_per_trial=options["cpus_per_trial"],
         )
     except UnknownSweep as err:
         print(f"error: {err}", file=sys.stderr)

@@ -31,6 +31,7 @@ class WandbSweeperConf:
     dry_run: bool = False  # print the W&B config and the number of runs, run nothing
     rerun_crashed: bool = False  # resuming: run again the trials a crash interrupted
     max_consecutive_failures: int = 5  # an agent gives up after this many failed trials in a row
+    cpus_per_trial: Any = None  # CPUs (threads, cores) per concurrent trial; None: an equal share
 
 
 ConfigStore.instance().store(

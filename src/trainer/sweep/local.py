@@ -11,6 +11,7 @@ from pathlib import Path
 
 import yaml
 
+from trainer import cpu_share
 from trainer.sweep import report
 from trainer.sweep.agent import UnknownSweep, join_command, new_id, sweep_dir
 from trainer.sweep.store import SweepStore
@@ -51,6 +52,7 @@ def run_sweep(
     count: int | None = None,
     rerun_crashed: bool = False,
     max_consecutive_failures: int = 5,
+    cpus_per_trial: int | None = None,
 ) -> dict:
     """Create (sweep_id None) or reopen (sweep_id given) the local sweep under
     <root>/sweeps/<sweep_id>/, run `agents` local agent processes (each at most `count`
@@ -84,7 +86,11 @@ def run_sweep(
     )
     argv = _agent_argv(sweep_id, root, count, rerun_crashed, max_consecutive_failures)
     env = {**os.environ, "TRAINER_OUTPUT_DIR": str(root)}
-    procs = [subprocess.Popen(argv, env=env) for _ in range(max(agents, 1))]
+    n = max(agents, 1)  # agent i of n takes slot i of the CPUs (trainer.sweep.cpu_slots)
+    procs = [
+        subprocess.Popen(argv, env={**env, **cpu_share.slot_env(i, n, cpus_per_trial)})
+        for i in range(n)
+    ]
     try:
         codes = [p.wait() for p in procs]
     except KeyboardInterrupt:  # Ctrl-C reached the agents too: each stops and records its trial
