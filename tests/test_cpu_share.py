@@ -183,6 +183,20 @@ def test_plan_threads(num_threads, num_workers, cpus, from_agent, expected):
     assert plan.interop_threads == plan.threads and plan.budget == cpus
 
 
+@pytest.mark.parametrize(
+    "num_threads, from_agent, outside, expected",
+    [
+        ("auto", False, 1, (1, "OMP_NUM_THREADS")),  # torchrun, a batch script
+        ("auto", True, 4, (2, "agent share")),  # the agent's share wins
+        (3, False, 1, (3, "trainer.num_threads")),  # and the key wins over both
+        ("auto", False, None, (2, "process CPUs")),
+    ],
+)
+def test_an_outside_omp_num_threads_sizes_an_auto_run(num_threads, from_agent, outside, expected):
+    plan = cpu_share.plan_threads(num_threads, 0, 2, from_agent, outside)
+    assert (plan.threads, plan.source) == expected
+
+
 def test_the_budget_comes_from_the_agent_when_it_set_one(monkeypatch):
     monkeypatch.setenv("TRAINER_CPU_BUDGET", "1")
     assert cpu_share.budget(CpuLimits((0, 1, 2, 3))) == 1

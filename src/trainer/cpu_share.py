@@ -272,16 +272,30 @@ class CpuPlan:
     source: str  # trainer.num_threads | agent share | process CPUs
 
 
-def plan_threads(num_threads: Any, num_workers: int, cpus: int, from_agent: bool) -> CpuPlan:
-    """The threads of one run: `trainer.num_threads` when set, else its share minus the
-    DataLoader workers (at least one)."""
+def plan_threads(
+    num_threads: Any, num_workers: int, cpus: int, from_agent: bool, outside: int | None = None
+) -> CpuPlan:
+    """The threads of one run: `trainer.num_threads` when set; else its agent's share, or the
+    OMP_NUM_THREADS its launcher set (`outside`: torchrun, a batch script), or the CPUs it may
+    use; a share is the training threads plus the DataLoader workers."""
     workers = worker_budget(num_workers, cpus)
     if num_threads != "auto":
         threads, source = int(num_threads), "trainer.num_threads"
-    else:
+    elif from_agent or outside is None:
         threads = max(1, cpus - workers)
         source = "agent share" if from_agent else "process CPUs"
+    else:
+        threads, source = outside, "OMP_NUM_THREADS"
     return CpuPlan(threads, threads, workers, cpus, source)
+
+
+_OUTSIDE: dict[str, str | None] = {}  # OMP_NUM_THREADS as this process found it (apply sets it)
+
+
+def _outside_threads() -> int | None:
+    """A positive OMP_NUM_THREADS given to this process from outside, else None."""
+    given = _OUTSIDE.setdefault("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS")) or ""
+    return int(given) if given.strip().isdigit() and int(given) > 0 else None
 
 
 def apply(num_threads: Any, num_workers: int) -> CpuPlan:
@@ -290,7 +304,8 @@ def apply(num_threads: Any, num_workers: int) -> CpuPlan:
     import torch
 
     check_num_threads(num_threads)
-    plan = plan_threads(num_threads, num_workers, budget(), ENV_BUDGET in os.environ)
+    outside = _outside_threads()
+    plan = plan_threads(num_threads, num_workers, budget(), ENV_BUDGET in os.environ, outside)
     torch.set_num_threads(plan.threads)
     if torch.get_num_interop_threads() != plan.interop_threads:
         try:
