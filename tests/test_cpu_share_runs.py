@@ -91,6 +91,14 @@ def test_cpus_per_trial_beyond_this_process_is_exit_2_before_anything_runs(tmp_p
     assert result.returncode == 2 and "hydra.sweeper.cpus_per_trial=0 must be" in result.stderr
 
 
+def test_the_joining_agents_cpus_per_trial_is_checked(capsys):
+    from trainer.agent import main as agent_cli
+
+    too_many = cpu_share.process_limits().count + 1
+    assert agent_cli(["anysweep", "--cpus-per-trial", str(too_many)]) == 2
+    assert f"--cpus-per-trial={too_many} is more CPUs than" in capsys.readouterr().err
+
+
 def test_a_run_with_num_threads_1_uses_one_thread(tmp_path):
     run_dir = tmp_path / "run"
     result = run_cli(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from trainer import cpu_share
 from trainer.sweep.agent import LocalAgent, UnknownSweep, output_root
 
 
@@ -42,6 +43,12 @@ def main(argv: list[str] | None = None) -> int:
         help="do not refresh results.json / best.yaml nor print the leaderboard at the end",
     )
     args = parser.parse_args(argv)
+    problem = cpu_share.per_trial_problem(
+        args.cpus_per_trial, cpu_share.process_limits(), "--cpus-per-trial"
+    )
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     try:
         agent = LocalAgent(
             args.sweep_id,
