@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT, run_cli
 from trainer import cpu_share
 from trainer.sweep import cpu_slots
@@ -20,12 +22,16 @@ from .sweep_commands import TRIAL
 
 TINY = ["trainer.max_epochs=1", "trainer.max_steps=3"]
 METRIC = "hydra.sweeper.metric={name: val/acc, goal: maximize}"
+two_cores = pytest.mark.skipif(
+    cpu_share.process_limits().count < 2, reason="disjoint shares need two CPUs"
+)
 
 
 def _cpu(run_dir: str | Path) -> dict:
     return json.loads((Path(run_dir) / "summary.json").read_text())["cpu"]
 
 
+@two_cores
 def test_two_concurrent_trials_each_get_half_the_cpus_on_their_own_cores(tmp_path):
     limits = cpu_share.process_limits()
     config = {
@@ -151,3 +157,36 @@ def test_a_joining_agent_waits_for_cores_the_sweep_holds_then_takes_the_freed_on
     (run,) = store.runs()
     assert run.state == "finished"
     assert _cpu(run.run_dir)["affinity"] == list(limits.cores)
+
+
+@two_cores
+def test_wandb_agents_started_here_get_the_same_shares(tmp_path, monkeypatch):
+    """backend=wandb: each `wandb agent` process (here a stand-in that reports what it got)
+    starts with its share's environment and cores, which its trials inherit."""
+    import wandb
+
+    from trainer.sweep import wandb_server
+
+    monkeypatch.setattr(wandb_server, "preflight", lambda: None)
+    monkeypatch.setattr(wandb, "sweep", lambda config, project=None, entity=None: "sw1")
+    report = (
+        "import json, os, sys; json.dump({'budget': os.environ['TRAINER_CPU_BUDGET'], "
+        "'omp': os.environ['OMP_NUM_THREADS'], 'cores': sorted(os.sched_getaffinity(0))}, "
+        "open(sys.argv[1], 'w'))"
+    )
+    paths = iter(tmp_path / f"agent{i}.json" for i in range(2))
+    monkeypatch.setattr(
+        wandb_server,
+        "agent_command",
+        lambda path, count: [sys.executable, "-c", report, str(next(paths))],
+    )
+    result = wandb_server.run_server_sweep(
+        {"method": "random"}, project="p", entity="e", sweep_id=None, agents=2, count=None,
+        root=tmp_path,
+    )  # fmt: skip
+    assert result["agent_exit_codes"] == [0, 0]
+    got = [json.loads((tmp_path / f"agent{i}.json").read_text()) for i in range(2)]
+    expected = max(1, cpu_share.process_limits().count // 2)
+    assert all(g["budget"] == g["omp"] == str(expected) for g in got)
+    assert all(len(g["cores"]) == expected for g in got)
+    assert not set(got[0]["cores"]) & set(got[1]["cores"])
