@@ -7,7 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from trainer.errors import exit_on_error
+from trainer import cpu_share
+from trainer.errors import TrainerError, exit_on_error
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,6 +35,13 @@ def _parser() -> argparse.ArgumentParser:
         help="give up after this many failed runs in a row",
     )
     parser.add_argument(
+        "--cpus-per-trial",
+        type=int,
+        default=None,
+        help="CPUs (threads and cores) each trial gets (default: the sweep's setting, else the "
+        "CPUs the sweep's other agents leave free)",
+    )
+    parser.add_argument(
         "--no-report",
         action="store_true",
         help="do not refresh results.json / best.yaml nor print the leaderboard at the end",
@@ -47,11 +55,17 @@ def main(argv: list[str] | None = None) -> int:
     from trainer.sweep.directory import find, output_root
 
     args = _parser().parse_args(argv)
+    problem = cpu_share.per_trial_problem(
+        args.cpus_per_trial, cpu_share.process_limits(), "--cpus-per-trial"
+    )
+    if problem:
+        raise TrainerError(problem)
     root = Path(args.root) if args.root is not None else output_root()
     agent = LocalAgent(
         find("sweep", args.sweep, root),
         rerun_crashed=args.rerun_crashed,
         max_consecutive_failures=args.max_consecutive_failures,
+        cpus_per_trial=args.cpus_per_trial,
     )
     try:
         return agent.run(args.count)

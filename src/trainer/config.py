@@ -193,8 +193,12 @@ class TrainerConfig:
     monitor_mode: str = "max"  # max | min
     log_every_n_steps: int = 10  # steps between progress refreshes
     strategy: str = "single"  # single | ddp (one process per device, torchrun)
+    num_threads: Any = "auto"  # torch threads: auto (the CPUs this process may use) | n
 
     def __post_init__(self) -> None:
+        from trainer.cpu_share import check_num_threads  # noqa: PLC0415 (imports this module)
+
+        check_num_threads(self.num_threads)
         _positive("trainer.max_epochs", self.max_epochs)
         _positive("trainer.max_steps", self.max_steps)
         _positive("trainer.grad_clip", self.grad_clip)

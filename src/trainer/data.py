@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
+from trainer import cpu_share
 from trainer.config import ConfigError, DataConfig
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,8 @@ def build_data(
                 f"{key}={value} is the batch over all {world_size} ranks and must be divisible "
                 f"by their number; set {key} to a multiple of {world_size}."
             )
-    workers = {"num_workers": cfg.num_workers, "persistent_workers": cfg.num_workers > 0}
+    num_workers = cpu_share.cap_workers(cfg.num_workers)  # fits this run's CPU share
+    workers = {"num_workers": num_workers, "persistent_workers": num_workers > 0}
     # Shuffled with seed + epoch (see DataBundle.set_epoch); one rank reads the whole order.
     sampler = DistributedSampler(
         train_set, world_size, rank, shuffle=True, seed=seed * 1_000_003, drop_last=True

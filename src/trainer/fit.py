@@ -56,6 +56,7 @@ class Job:
     auto: dict[str, Any] | None  # compile=auto's report
     layout: RunLayout
     tracker: Tracker
+    cpu: dict[str, Any] = field(default_factory=dict)  # threads and cores used (cpu_share)
     timing: Timing = field(default_factory=Timing)
     started: float = field(default_factory=time.perf_counter)
     loop_started_at: float = field(default_factory=time.time)  # wall clock, for sweep agents
@@ -224,6 +225,7 @@ def summarise(job: Job, status: str) -> RunSummary:
         strategy=t.strategy,
         world_size=job.ctx.world_size,
         precision=t.precision,
+        cpu=job.cpu,
         torch=torch.__version__,
         paths=run_paths(
             job.layout, wandb_run_dir=job.tracker.run_dir, wandb_run_id=job.tracker.run_id

@@ -101,6 +101,16 @@ class SweepLayout:
     def plot(self) -> Path:
         return self.root / "sweep.png"
 
+    @property
+    def cpu_slots(self) -> Path:
+        """{"agents": {pid: {cores, cpus, start}}, "per_trial": n | null} (sweep.cpu_slots)."""
+        return self.root / "cpu_slots.json"
+
+    @property
+    def cpu_slots_lock(self) -> Path:
+        """flock'ed while cpu_slots.json is read and rewritten."""
+        return self.root / "cpu_slots.lock"
+
     def run(self, run_id: str) -> RunLayout:
         return RunLayout(self.root / "runs" / run_id)
 

@@ -42,6 +42,7 @@ class RunSummary:
     strategy: str
     world_size: int
     precision: str
+    cpu: dict[str, Any]  # torch threads, inter-op threads, affinity, DataLoader workers
     torch: str  # torch.__version__
     paths: dict[str, Any] = field(default_factory=dict)  # see run_paths
     config: dict[str, Any] = field(default_factory=dict)  # the resolved run config

@@ -10,6 +10,7 @@ from hydra.types import HydraContext, RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from trainer import cpu_share
 from trainer.config import ConfigError, flatten, validate
 from trainer.errors import TrainerError, exit_on_error
 from trainer.layout import SweepLayout, conf_dir, default_output_root
@@ -90,7 +91,7 @@ def runner_problems(options: dict[str, Any]) -> list[str]:
             f"hydra.sweeper.count={count!r} must be a positive number of runs per agent, "
             "or left out (null) to run until the sweep ends"
         )
-    return problems
+    return problems + cpu_share.sweep_problems(options)
 
 
 def _first_values(sweep_config: dict[str, Any]) -> dict[str, Any]:
@@ -195,6 +196,7 @@ def _run_server(options: dict[str, Any], config: DictConfig, root: Path) -> dict
             count=options["count"],
             root=root,
             directory=user_sweep_dir(config),
+            cpus_per_trial=options["cpus_per_trial"],
         )
     except ServerUnavailable as err:  # nothing was started, but the sweep could not run
         raise TrainerError(str(err), exit_code=1) from err
@@ -212,6 +214,7 @@ def _run_local(options: dict[str, Any], config: DictConfig, root: Path) -> dict[
         count=options["count"],
         rerun_crashed=options["rerun_crashed"],
         max_consecutive_failures=options["max_consecutive_failures"],
+        cpus_per_trial=options["cpus_per_trial"],
     )
 
 

@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trainer import cpu_share
 from trainer.errors import TrainerError
 from trainer.layout import SweepLayout
-from trainer.sweep import engine
+from trainer.sweep import cpu_slots, engine
 from trainer.sweep.command import expand
 from trainer.sweep.directory import new_id, sweep_id_of
 from trainer.sweep.store import RunRecord, SweepStore
@@ -93,6 +94,7 @@ class LocalAgent:
         *,
         rerun_crashed: bool = False,
         max_consecutive_failures: int = 5,
+        cpus_per_trial: int | None = None,
     ) -> None:
         self.layout = layout
         self.store = SweepStore(layout.db)
@@ -103,6 +105,8 @@ class LocalAgent:
         self.max_consecutive_failures = max_consecutive_failures
         self.signum: int | None = None  # SIGTERM/SIGINT the agent received
         self._trial: subprocess.Popen | None = None
+        self.cpus_per_trial = cpus_per_trial  # None: the sweep's setting, or an equal share
+        self.share: cpu_share.Share | None = None  # this agent's CPUs (cpu_slots.json)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         """Forward SIGTERM/SIGINT to the running trial once (it saves and exits); the watch
@@ -125,8 +129,14 @@ class LocalAgent:
         else:
             previous = {}
         try:
-            return self._run(count)
+            self.share = cpu_slots.claim_share(
+                self.layout.root,
+                per_trial=self.cpus_per_trial,
+                stop=lambda: self.signum is not None,
+            )
+            return self._run(count) if self.share else 128 + (self.signum or signal.SIGTERM)
         finally:
+            cpu_slots.release_share(self.layout.root)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
@@ -175,16 +185,17 @@ class LocalAgent:
         for folder in (run_dir, log_path.parent, params_path.parent):
             folder.mkdir(parents=True, exist_ok=True)
         argv = expand(self.config, run.params, run_dir)
-        env = trial_env(self.sweep_id, run, params_path, run_dir)
+        env = {**trial_env(self.sweep_id, run, params_path, run_dir), **self.share.env()}
         print(f"agent: starting run {run.id} with {json.dumps(run.params)}", flush=True)
         with open(log_path, "w") as log:
             log.write(" ".join(argv) + "\n")
             log.flush()
             # Its own session: a terminal's Ctrl-C reaches the agent only, which forwards it once
             # (a second SIGINT would abort the trial's graceful save).
-            proc = subprocess.Popen(
-                argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
+            with cpu_share.inherited_affinity(self.share.cores):  # the trial runs on its cores
+                proc = subprocess.Popen(
+                    argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                )
         self._trial = proc
         if self.signum is not None:  # a signal came while the trial was starting
             proc.send_signal(self.signum)

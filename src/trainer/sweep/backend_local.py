@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from trainer import cpu_share
 from trainer.errors import TrainerError
 from trainer.layout import SweepLayout
 from trainer.sweep import report
@@ -93,6 +94,7 @@ def run_sweep(
     count: int | None = None,
     rerun_crashed: bool = False,
     max_consecutive_failures: int = 5,
+    cpus_per_trial: int | None = None,
 ) -> dict:
     """Create (sweep_id None) or reopen (sweep_id given) the local sweep in `directory` (the
     user's hydra.sweep.dir) or <root>/sweeps/<sweep_id>/, run `agents` local agent processes
@@ -109,7 +111,11 @@ def run_sweep(
     print(f"sweep {sweep_id}: join from another terminal with {hint}", flush=True)
     argv = _agent_argv(layout, count, rerun_crashed, max_consecutive_failures)
     env = {**os.environ, "TRAINER_OUTPUT_DIR": str(root)}
-    procs = [subprocess.Popen(argv, env=env) for _ in range(max(agents, 1))]
+    n = max(agents, 1)  # agent i of n takes slot i of the CPUs (trainer.sweep.cpu_slots)
+    procs = [
+        subprocess.Popen(argv, env={**env, **cpu_share.slot_env(i, n, cpus_per_trial)})
+        for i in range(n)
+    ]
     try:
         codes = [p.wait() for p in procs]
     except KeyboardInterrupt:  # Ctrl-C reached the agents too: each stops and records its trial

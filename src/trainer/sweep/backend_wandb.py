@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from trainer import cpu_share
 from trainer.layout import SweepLayout
 from trainer.sweep.directory import write_sweep_yaml
 
@@ -125,6 +126,7 @@ def run_server_sweep(
     count: int | None,
     root: Path,
     directory: Path | None = None,
+    cpus_per_trial: int | None = None,
 ) -> dict[str, Any]:
     """Create the sweep (or join `sweep_id`), print the agent line, run `agents` agents, wait.
     A new sweep's sweep.yaml goes into `directory` (hydra.sweep.dir) or <root>/sweeps/<id>/."""
@@ -141,6 +143,11 @@ def run_server_sweep(
     # Trials must report to the server (metrics feed bayes and hyperband): online, whatever
     # logger.mode says (the environment wins over it).
     env = {**os.environ, "WANDB_MODE": "online"}
-    processes = [subprocess.Popen(agent_command(path, count), env=env) for _ in range(agents)]
+    processes = []
+    for share in cpu_share.plan_shares(cpu_share.process_limits(), agents, cpus_per_trial)[:agents]:
+        with cpu_share.inherited_affinity(share.cores):  # its trials inherit the cores and env
+            processes.append(
+                subprocess.Popen(agent_command(path, count), env={**env, **share.env()})
+            )
     codes = [process.wait() for process in processes]
     return {"sweep_id": sweep_id, "backend": "wandb", "path": path, "agent_exit_codes": codes}

@@ -1,0 +1,45 @@
+"""benchmarks/sweep_peers.py end to end with tiny arguments (our sweeper only: Hydra's Optuna
+sweeper is the benchmark-only [bench] extra)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from benchmarks import sweep_peers
+from trainer import cpu_share
+
+
+def test_sweep_peers_times_one_and_parallel_agents_and_writes_results(tmp_path):
+    args = ["--sweepers", "ours", "--trials", "2", "--epochs", "1", "--rounds", "1"]
+    args += ["--compile", "off", "--agents", "2", "--out", str(tmp_path)]
+    variants = sweep_peers.main(args)
+    assert [v.name for v in variants] == ["ours-1", "ours-2"]
+    one, two = variants
+    assert len(one.walls) == len(two.walls) == 1 and len(two.step_ms) == 2
+    assert set(one.threads) == {cpu_share.process_limits().count}
+    assert set(two.threads) == {max(1, cpu_share.process_limits().count // 2)}
+    table = (tmp_path / "sweep_peers.md").read_text()
+    assert "| ours-2 | off | 2 |" in table and "agents are" in table
+    saved = json.loads((tmp_path / "sweep_peers.json").read_text())
+    assert [v["name"] for v in saved["variants"]] == ["ours-1", "ours-2"]
+
+
+def test_a_reduced_run_writes_nothing_unless_told(tmp_path, monkeypatch):
+    monkeypatch.setattr(sweep_peers, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(
+        sweep_peers, "measure", lambda v, *a: (v.walls.append(1.0), v.best.append(0.5))
+    )
+    sweep_peers.main(["--sweepers", "ours", "--trials", "2", "--compile", "off"])
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is not None,
+    reason="the [bench] extra is installed",
+)
+def test_without_the_bench_extra_the_optuna_side_is_one_clear_error():
+    with pytest.raises(SystemExit, match=r"pip install -e '\.\[bench\]'"):
+        sweep_peers.main(["--trials", "1"])

@@ -1,0 +1,313 @@
+"""The CPU share of a run and of sweep trials: pure functions table-tested, the slot table with
+real processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import make_cfg
+from trainer import cpu_share
+from trainer.config import ConfigError, validate
+from trainer.cpu_share import CpuLimits, Share
+from trainer.sweep import cpu_slots
+
+
+@pytest.mark.parametrize(
+    "text, cores",
+    [
+        ("0", (0,)),
+        ("0-3", (0, 1, 2, 3)),
+        ("0-1,4,6-7", (0, 1, 4, 6, 7)),
+        ("5,2, 3", (2, 3, 5)),
+        ("", ()),
+    ],
+)
+def test_cpu_lists_parse_and_format_back(text, cores):
+    assert cpu_share.parse_cpu_list(text) == cores
+    assert cpu_share.parse_cpu_list(cpu_share.format_cpu_list(cores)) == cores
+
+
+def test_format_cpu_list_uses_ranges():
+    assert cpu_share.format_cpu_list([0, 1, 2, 3, 6, 8, 9]) == "0-3,6,8-9"
+
+
+def _write(root, files):
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+@pytest.mark.parametrize(
+    "cgroup, files, expected",
+    [
+        # cgroup v2: the process's own cgroup, or a tighter ancestor
+        ("0::/job\n", {"cgroup.controllers": "cpu", "job/cpu.max": "200000 100000\n"}, 2.0),
+        ("0::/job\n", {"cgroup.controllers": "cpu", "job/cpu.max": "max 100000\n"}, None),
+        (
+            "0::/a/b\n",
+            {
+                "cgroup.controllers": "cpu",
+                "a/cpu.max": "150000 100000\n",
+                "a/b/cpu.max": "400000 100000\n",
+            },
+            1.5,
+        ),
+        # a container sees its own cgroup as the root
+        ("0::/\n", {"cgroup.controllers": "cpu", "cpu.max": "50000 100000\n"}, 0.5),
+        # cgroup v1: cpu,cpuacct or cpu mounts
+        (
+            "4:cpu,cpuacct:/slurm/job1\n0::/\n",
+            {
+                "cpu,cpuacct/slurm/job1/cpu.cfs_quota_us": "300000\n",
+                "cpu,cpuacct/slurm/job1/cpu.cfs_period_us": "100000\n",
+            },
+            3.0,
+        ),
+        (
+            "3:cpu:/\n",
+            {"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"},
+            None,
+        ),
+        ("", {}, None),
+    ],
+)
+def test_cgroup_cpu_quota(tmp_path, cgroup, files, expected):
+    _write(tmp_path, files)
+    assert cpu_share.cgroup_cpu_quota(cgroup, root=tmp_path) == expected
+
+
+@pytest.mark.parametrize(
+    "cores, quota, count",
+    [
+        ((0, 1), None, 2),
+        ((0, 1, 2, 3), 2.0, 2),
+        ((0, 1, 2, 3), 1.5, 2),
+        ((0, 1), 0.5, 1),
+        ((), None, 1),
+    ],
+)
+def test_limits_count_the_affinity_and_the_quota(cores, quota, count):
+    assert CpuLimits(cores, quota).count == count
+
+
+def test_this_process_limits_are_its_affinity():
+    limits = cpu_share.process_limits()
+    assert set(limits.cores) == os.sched_getaffinity(0)
+    assert 1 <= limits.count <= len(limits.cores)
+
+
+@pytest.mark.parametrize(
+    "cores, quota, slots, per_trial, expected",
+    [
+        ((0, 1), None, 1, None, [(2, (0, 1))]),
+        ((0, 1), None, 2, None, [(1, (0,)), (1, (1,))]),
+        ((0, 1, 2, 3), None, 2, None, [(2, (0, 1)), (2, (2, 3))]),
+        ((0, 1, 2), None, 2, None, [(1, (0,)), (1, (1,))]),  # core 2 is left for a joiner
+        ((0, 1), None, 4, None, [(1, (0,)), (1, (1,)), (1, (0,)), (1, (1,))]),  # wraps around
+        ((0, 1, 2, 3), None, 2, 1, [(1, (0,)), (1, (1,))]),  # cpus_per_trial
+        ((0, 1, 2, 3), None, 2, 3, [(3, (0, 1, 2)), (3, (0, 1, 3))]),  # more than fits: overlap
+        ((4, 5, 6, 7), 2.0, 2, None, [(1, (4,)), (1, (5,))]),  # quota of 2 CPUs on 4 cores
+    ],
+)
+def test_plan_shares(cores, quota, slots, per_trial, expected):
+    shares = cpu_share.plan_shares(CpuLimits(cores, quota), slots, per_trial)
+    assert [(s.cpus, s.cores) for s in shares] == expected
+    assert [s.slot for s in shares] == list(range(slots))
+
+
+def test_a_share_sizes_every_thread_pool_in_the_environment():
+    env = Share(cpus=3, cores=(0, 1, 2)).env()
+    assert env == {
+        "TRAINER_CPU_BUDGET": "3",
+        "OMP_NUM_THREADS": "3",
+        "MKL_NUM_THREADS": "3",
+        "OPENBLAS_NUM_THREADS": "3",
+        "TORCHINDUCTOR_COMPILE_THREADS": "3",
+    }
+
+
+@pytest.mark.parametrize(
+    "value, problem",
+    [
+        (None, None),
+        (1, None),
+        (2, None),
+        (3, "more CPUs than this process may use (2: cores 0-1); set KEY to at most 2"),
+        (0, "must be a positive number of CPUs per trial"),
+        (-1, "must be a positive number of CPUs per trial"),
+        (True, "must be a positive number of CPUs per trial"),
+        ("2", "must be a positive number of CPUs per trial"),
+    ],
+)
+def test_per_trial_problem(value, problem):
+    found = cpu_share.per_trial_problem(value, CpuLimits((0, 1)), "KEY")
+    if problem is None:
+        assert found is None
+    else:
+        assert found.startswith(f"KEY={value!r}") and problem in found
+
+
+def test_sweep_problems_name_the_key():
+    (problem,) = cpu_share.sweep_problems({"cpus_per_trial": 5}, CpuLimits((0, 1), 1.0))
+    assert problem.startswith("hydra.sweeper.cpus_per_trial=5") and "cgroup quota 1 CPUs" in problem
+    assert cpu_share.sweep_problems({"cpus_per_trial": None}) == []
+
+
+@pytest.mark.parametrize(
+    "requested, cpus, workers", [(0, 4, 0), (2, 4, 2), (8, 4, 3), (2, 1, 0), (1, 2, 1)]
+)
+def test_worker_budget_leaves_a_cpu_for_training(requested, cpus, workers):
+    assert cpu_share.worker_budget(requested, cpus) == workers
+
+
+@pytest.mark.parametrize(
+    "num_threads, num_workers, cpus, from_agent, expected",
+    [
+        ("auto", 0, 2, False, (2, 0, "process CPUs")),
+        ("auto", 0, 1, True, (1, 0, "agent share")),
+        ("auto", 2, 4, True, (2, 2, "agent share")),  # workers and threads share the CPUs
+        ("auto", 4, 2, False, (1, 1, "process CPUs")),
+        (1, 0, 8, False, (1, 0, "trainer.num_threads")),
+        (6, 0, 2, True, (6, 0, "trainer.num_threads")),  # explicit wins over the share
+    ],
+)
+def test_plan_threads(num_threads, num_workers, cpus, from_agent, expected):
+    plan = cpu_share.plan_threads(num_threads, num_workers, cpus, from_agent)
+    assert (plan.threads, plan.workers, plan.source) == expected
+    assert plan.interop_threads == plan.threads and plan.budget == cpus
+
+
+@pytest.mark.parametrize(
+    "num_threads, from_agent, outside, expected",
+    [
+        ("auto", False, 1, (1, "OMP_NUM_THREADS")),  # torchrun, a batch script
+        ("auto", True, 4, (2, "agent share")),  # the agent's share wins
+        (3, False, 1, (3, "trainer.num_threads")),  # and the key wins over both
+        ("auto", False, None, (2, "process CPUs")),
+    ],
+)
+def test_an_outside_omp_num_threads_sizes_an_auto_run(num_threads, from_agent, outside, expected):
+    plan = cpu_share.plan_threads(num_threads, 0, 2, from_agent, outside)
+    assert (plan.threads, plan.source) == expected
+
+
+def test_the_budget_comes_from_the_agent_when_it_set_one(monkeypatch):
+    monkeypatch.setenv("TRAINER_CPU_BUDGET", "1")
+    assert cpu_share.budget(CpuLimits((0, 1, 2, 3))) == 1
+    assert cpu_share.cap_workers(4) == 0
+    monkeypatch.delenv("TRAINER_CPU_BUDGET")
+    assert cpu_share.budget(CpuLimits((0, 1, 2, 3))) == 4
+
+
+@pytest.mark.parametrize("value", [0, -2, "many", 1.5])
+def test_num_threads_is_checked_naming_the_key(value):
+    with pytest.raises(ConfigError, match=r"trainer\.num_threads=.* must be auto"):
+        validate(make_cfg(f"trainer.num_threads={value}"))
+
+
+def test_num_threads_accepts_auto_and_a_count():
+    assert validate(make_cfg()).trainer.num_threads == "auto"
+    assert validate(make_cfg("trainer.num_threads=3")).trainer.num_threads == 3
+
+
+@pytest.mark.parametrize(
+    "text, slot", [("0/2", (0, 2)), ("3/4", (3, 4)), ("4/4", None), ("x/2", None), (None, None)]
+)
+def test_parse_slot(text, slot):
+    assert cpu_share.parse_slot(text) == slot
+
+
+def _held(*entries):
+    return [{"cores": list(cores), "cpus": len(cores)} for cores in entries]
+
+
+@pytest.mark.parametrize(
+    "cores, quota, held, slot, per_trial, expected",
+    [
+        # started together: slot i of N takes its planned block
+        ((0, 1), None, _held(), (1, 2), None, (1, (1,))),
+        # its block is held by an agent that joined earlier: free cores instead
+        ((0, 1, 2, 3), None, _held((2, 3)), (1, 2), None, (2, (0, 1))),
+        # more agents than cores were asked for: shares rather than waits
+        ((0, 1), None, _held((0,), (1,)), (2, 3), None, (1, (0,))),
+        # a joiner takes the free cores only
+        ((0, 1, 2), None, _held((0,), (1,)), None, None, (1, (2,))),
+        ((0, 1, 2, 3), None, _held((0,)), None, 2, (2, (1, 2))),
+        ((0, 1, 2, 3), None, _held(), None, None, (4, (0, 1, 2, 3))),
+        # nothing free: the joiner waits
+        ((0, 1), None, _held((0,), (1,)), None, None, None),
+        # the cgroup quota is used up before the cores are
+        ((0, 1, 2, 3), 2.0, _held((0,), (1,)), None, None, None),
+        ((0, 1, 2, 3), 3.0, _held((0,), (1,)), None, 2, (1, (2,))),
+    ],
+)
+def test_choose(cores, quota, held, slot, per_trial, expected):
+    share = cpu_slots.choose(CpuLimits(cores, quota), held, slot=slot, per_trial=per_trial)
+    assert (share if share is None else (share.cpus, share.cores)) == expected
+
+
+def test_the_slot_table_frees_a_dead_agents_cores(tmp_path):
+    """A live agent's cores are not handed out again; once its process dies they are."""
+    limits = CpuLimits((0, 1))
+    table = cpu_slots.CpuSlots(tmp_path)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        share, _ = table.claim(other.pid, slot=(0, 2), per_trial=None, limits=limits)
+        assert share.cores == (0,)
+        mine, others = table.claim(os.getpid(), slot=None, per_trial=None, limits=limits)
+        assert mine.cores == (1,) and others == {other.pid: (0,)}
+        third, _ = table.claim(1, slot=None, per_trial=None, limits=limits)
+        assert third is None  # both cores held by live agents
+    finally:
+        other.kill()
+        other.wait()
+    assert table.held() == {os.getpid(): (1,)}
+    table.release(os.getpid())
+    assert table.held() == {}
+
+
+def test_a_joining_agent_waits_for_a_free_core(tmp_path, monkeypatch):
+    """claim_share waits while every core is held, says so once, and stops when told to."""
+    limits = cpu_share.process_limits()
+    table = cpu_slots.CpuSlots(tmp_path)
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    messages = []
+    try:
+        table.claim(holder.pid, slot=None, per_trial=None, limits=limits)  # holds everything
+        monkeypatch.delenv("TRAINER_CPU_SLOT", raising=False)
+        monkeypatch.delenv("TRAINER_CPUS_PER_TRIAL", raising=False)
+        monkeypatch.setattr(cpu_slots, "WAIT_S", 0.05)
+        deadline = time.monotonic() + 0.3
+        share = cpu_slots.claim_share(
+            tmp_path, stop=lambda: time.monotonic() > deadline, say=messages.append
+        )
+        assert share is None
+        assert len(messages) == 1 and f"pid {holder.pid}" in messages[0]
+        assert "waiting for one to end" in messages[0]
+    finally:
+        holder.kill()
+        holder.wait()
+    share = cpu_slots.claim_share(tmp_path, say=messages.append)
+    assert share.cores == limits.cores
+    cpu_slots.release_share(tmp_path)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_a_child_started_inside_inherited_affinity_runs_on_those_cores():
+    core = min(os.sched_getaffinity(0))
+    before = os.sched_getaffinity(0)
+    with cpu_share.inherited_affinity((core,)):
+        child = subprocess.run(
+            [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    assert child.stdout.strip() == f"[{core}]"
+    assert os.sched_getaffinity(0) == before
