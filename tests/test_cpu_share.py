@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tests.conftest import make_cfg
-from trainer import cpu_share
+from trainer import cpu_share, threads
 from trainer.config import ConfigError, validate
 from trainer.cpu_share import CpuLimits, Share
 from trainer.sweep import cpu_slots
@@ -163,7 +163,7 @@ def test_sweep_problems_name_the_key():
     "requested, cpus, workers", [(0, 4, 0), (2, 4, 2), (8, 4, 3), (2, 1, 0), (1, 2, 1)]
 )
 def test_worker_budget_leaves_a_cpu_for_training(requested, cpus, workers):
-    assert cpu_share.worker_budget(requested, cpus) == workers
+    assert threads.worker_budget(requested, cpus) == workers
 
 
 @pytest.mark.parametrize(
@@ -178,7 +178,7 @@ def test_worker_budget_leaves_a_cpu_for_training(requested, cpus, workers):
     ],
 )
 def test_plan_threads(num_threads, num_workers, cpus, from_agent, expected):
-    plan = cpu_share.plan_threads(num_threads, num_workers, cpus, from_agent)
+    plan = threads.plan_threads(num_threads, num_workers, cpus, from_agent)
     assert (plan.threads, plan.workers, plan.source) == expected
     assert plan.interop_threads == plan.threads and plan.budget == cpus
 
@@ -193,16 +193,16 @@ def test_plan_threads(num_threads, num_workers, cpus, from_agent, expected):
     ],
 )
 def test_an_outside_omp_num_threads_sizes_an_auto_run(num_threads, from_agent, outside, expected):
-    plan = cpu_share.plan_threads(num_threads, 0, 2, from_agent, outside)
+    plan = threads.plan_threads(num_threads, 0, 2, from_agent, outside)
     assert (plan.threads, plan.source) == expected
 
 
 def test_the_budget_comes_from_the_agent_when_it_set_one(monkeypatch):
     monkeypatch.setenv("TRAINER_CPU_BUDGET", "1")
-    assert cpu_share.budget(CpuLimits((0, 1, 2, 3))) == 1
-    assert cpu_share.cap_workers(4) == 0
+    assert threads.budget(CpuLimits((0, 1, 2, 3))) == 1
+    assert threads.cap_workers(4) == 0
     monkeypatch.delenv("TRAINER_CPU_BUDGET")
-    assert cpu_share.budget(CpuLimits((0, 1, 2, 3))) == 4
+    assert threads.budget(CpuLimits((0, 1, 2, 3))) == 4
 
 
 @pytest.mark.parametrize("value", [0, -2, "many", 1.5])

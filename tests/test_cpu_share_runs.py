@@ -102,7 +102,9 @@ def test_the_joining_agents_cpus_per_trial_is_checked(capsys):
     from trainer.agent import main as agent_cli
 
     too_many = cpu_share.process_limits().count + 1
-    assert agent_cli(["anysweep", "--cpus-per-trial", str(too_many)]) == 2
+    with pytest.raises(SystemExit) as stopped:  # the entry point's one error handler
+        agent_cli(["anysweep", "--cpus-per-trial", str(too_many)])
+    assert stopped.value.code == 2
     assert f"--cpus-per-trial={too_many} is more CPUs than" in capsys.readouterr().err
 
 

@@ -330,7 +330,7 @@ def _summary(tmp_path) -> RunSummary:
         status="finished", epochs_completed=1, steps=3, metrics={"val/acc": 0.5},
         best={"name": "val/acc", "value": 0.5, "epoch": 1, "mode": "max"},
         perf={"compile_s": 0.0}, compile={"enabled": False}, device="cpu", strategy="single",
-        world_size=1, precision="32", torch=torch.__version__,
+        world_size=1, precision="32", cpu={"threads": 1}, torch=torch.__version__,
         paths=run_paths(RunLayout(tmp_path), wandb_run_dir=None, wandb_run_id=None),
     )  # fmt: skip
 

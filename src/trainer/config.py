@@ -196,9 +196,10 @@ class TrainerConfig:
     num_threads: Any = "auto"  # torch threads: auto (the CPUs this process may use) | n
 
     def __post_init__(self) -> None:
-        from trainer.cpu_share import check_num_threads  # noqa: PLC0415 (imports this module)
-
-        check_num_threads(self.num_threads)
+        n = self.num_threads  # auto, or a positive int (not a bool)
+        _check(n == "auto" or (type(n) is int and n > 0), f"trainer.num_threads={n!r} must be "
+               "auto (this process's CPUs, or its sweep agent's share) or a positive number of "
+               "threads; set trainer.num_threads=auto.")  # fmt: skip
         _positive("trainer.max_epochs", self.max_epochs)
         _positive("trainer.max_steps", self.max_steps)
         _positive("trainer.grad_clip", self.grad_clip)

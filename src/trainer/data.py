@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-from trainer import cpu_share
+from trainer import threads
 from trainer.config import ConfigError, DataConfig
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ def build_data(
                 f"{key}={value} is the batch over all {world_size} ranks and must be divisible "
                 f"by their number; set {key} to a multiple of {world_size}."
             )
-    num_workers = cpu_share.cap_workers(cfg.num_workers)  # fits this run's CPU share
+    num_workers = threads.cap_workers(cfg.num_workers)  # fits this run's CPU share
     workers = {"num_workers": num_workers, "persistent_workers": num_workers > 0}
     # Shuffled with seed + epoch (see DataBundle.set_epoch); one rank reads the whole order.
     sampler = DistributedSampler(

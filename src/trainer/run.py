@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from trainer import compiling, cpu_share, devices, distributed
+from trainer import compiling, devices, distributed, threads
 from trainer.checkpoint import TrainState
 from trainer.compiling.auto import StepRecipe, maybe_decide, planned_steps
 from trainer.config import ConfigError, TrainConfig, flatten, validate
@@ -35,7 +35,7 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
     """Train and evaluate as `cfg` says; return the last epoch's metrics plus `best`."""
     conf = validate(cfg)  # every check that needs no data, before anything is built
     t = conf.trainer
-    cpu = cpu_share.apply(t.num_threads, conf.data.num_workers)  # before any parallel work
+    cpu = threads.apply(t.num_threads, conf.data.num_workers)  # before any parallel work
     ctx = distributed.setup(t)  # trainer.strategy=ddp: this rank of torchrun's process group
     layout = RunLayout(distributed.agree_run_dir(ctx, resolve_run_dir(run_dir)))
     layout.root.mkdir(parents=True, exist_ok=True)
@@ -77,7 +77,7 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
         auto=auto,
         layout=layout,
         tracker=tracker,
-        cpu=cpu_share.record(cpu),
+        cpu=threads.record(cpu),
     )
     try:
         fit(job)
