@@ -206,62 +206,14 @@ def stop_runs(
 ) -> list[SweepRun]:
     """Calculate the runs in a sweep to stop by early termination.
 
-    >>> to_stop = stop_runs({
-    ...    "method": "grid",
-    ...    "metric": {"name": "loss", "goal": "minimize"},
-    ...    "early_terminate": {
-    ...        "type": "hyperband",
-    ...        "max_iter": 5,
-    ...        "eta": 2,
-    ...        "s": 2,
-    ...    },
-    ...    "parameters": {"a": {"values": [1, 2, 3]}},
-    ... }, [
-    ...    SweepRun(
-    ...        name="a",
-    ...        state=RunState.finished,  # This is already stopped
-    ...        history=[
-    ...            {"loss": 10},
-    ...            {"loss": 9},
-    ...        ],
-    ...    ),
-    ...    SweepRun(
-    ...        name="b",
-    ...        state=RunState.running,  # This should be stopped
-    ...        history=[
-    ...            {"loss": 10},
-    ...            {"loss": 10},
-    ...        ],
-    ...    ),
-    ...    SweepRun(
-    ...        name="c",
-    ...        state=RunState.running,  # This passes band 1 but not band 2
-    ...        history=[
-    ...            {"loss": 10},
-    ...            {"loss": 8},
-    ...            {"loss": 8},
-    ...        ],
-    ...    ),
-    ...    SweepRun(
-    ...        name="d",
-    ...        state=RunState.running,
-    ...        history=[
-    ...            {"loss": 10},
-    ...            {"loss": 7},
-    ...            {"loss": 7},
-    ...        ],
-    ...    ),
-    ...    SweepRun(
-    ...        name="e",
-    ...        state=RunState.finished,
-    ...        history=[
-    ...            {"loss": 10},
-    ...            {"loss": 6},
-    ...            {"loss": 6},
-    ...        ],
-    ...    ),
-    ...])
-
+    >>> stop_runs({"method": "grid", "metric": {"name": "loss", "goal": "minimize"},
+    ...            "early_terminate": {"type": "hyperband", "max_iter": 5, "eta": 2, "s": 2},
+    ...            "parameters": {"a": {"values": [1, 2, 3]}}},
+    ...           [SweepRun(name="a", state=RunState.finished, history=[{"loss": 10}, {"loss": 9}]),
+    ...            SweepRun(name="b", state=RunState.running, history=[{"loss": 10}, {"loss": 10}]),
+    ...            SweepRun(name="e", state=RunState.finished, history=[{"loss": 10}, {"loss": 6}])],
+    ... )[0].name
+    'b'
 
     Args:
         sweep_config: The config for the sweep.
@@ -270,11 +222,9 @@ def stop_runs(
            If true, will raise a Validation error if `sweep_config` does not conform to
            the schema. If false, will attempt to run the sweep with an unvalidated schema.
 
-
     Returns:
         A list of the runs to stop.
     """
-
     from trainer.sweep.methods.hyperband_stopping import hyperband_stop_runs
 
     # validate the sweep config
