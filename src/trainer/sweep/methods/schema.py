@@ -20,6 +20,8 @@ import jsonschema
 import numpy as np
 from jsonschema import Draft7Validator, validators
 
+from trainer.sweep.methods.scheduler_rules import scheduler_violations
+
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 
 
@@ -133,18 +135,6 @@ def validate_categorical_prob(parameter_name: str, parameter_config: dict) -> No
             )
 
 
-def check_for_deprecated_distributions(parameter_name: str, parameter_config: dict) -> None:
-    """Raise ValueError with W&B's note when the spec uses a base-e-exponent distribution."""
-    from trainer.sweep.methods.params import PARAM_DEPRECATION_MAP, HyperParameter
-
-    try:
-        param = HyperParameter(parameter_name, parameter_config)  # raises if malformed
-    except ParamValidationError:
-        return
-    if param.type in PARAM_DEPRECATION_MAP:
-        raise ValueError(f"{parameter_name} {PARAM_DEPRECATION_MAP[param.type]}")
-
-
 def _drop_unknown_enum(metric: dict, schema: dict, key: str) -> None:
     """A goal/impute outside the schema's enum is replaced by the schema's default."""
     if key in metric and metric[key] not in schema["properties"][key]["enum"]:
@@ -192,11 +182,25 @@ def fill_validate_early_terminate(d: dict) -> dict:
     return d
 
 
-_SUPPORTED_METHODS_BY_ENGINE = {
-    "wandb": ["grid", "bayes", "random"],
-    "optuna": ["custom"],
-    "ax": ["custom"],
-}
+def _parameter_violations(parameters: dict) -> list[str]:
+    """min < max, probabilities and deprecated distributions: values inside the document,
+    not jsonschema's job."""
+    from trainer.sweep.methods.deprecations import check_for_deprecated_distributions
+
+    messages: list[str] = []
+    for parameter_name, parameter_dict in parameters.items():
+        if not isinstance(parameter_dict, dict):
+            raise ValueError(f"Invalid configuration for hyperparameter '{parameter_name}'")
+        for check in (
+            validate_min_max,
+            validate_categorical_prob,
+            check_for_deprecated_distributions,
+        ):
+            try:
+                check(parameter_name, parameter_dict)
+            except (ValueError, jsonschema.ValidationError) as e:
+                messages.append(e.args[0])
+    return messages
 
 
 def schema_violations_from_proposed_config(config: dict) -> list[str]:
@@ -226,45 +230,9 @@ def schema_violations_from_proposed_config(config: dict) -> list[str]:
         )
 
     if scheduler is not None:
-        if "controller" in config and config["controller"]["type"] == "local":
-            messages.append(
-                "`controller: type:local` cannot be used together with `scheduler`: "
-                "use `scheduler` instead of `controller`."
-            )
-        if "early_terminate" in config:
-            messages.append(
-                "`early_terminate` cannot be used together with `scheduler`: "
-                "early termination must be implemented by the custom scheduler "
-                "itself."
-            )
-        if isinstance(scheduler, dict):
-            engine = scheduler.get("engine")
-            if engine not in _SUPPORTED_METHODS_BY_ENGINE:
-                messages.append(
-                    f"scheduler.engine '{engine}' is not supported. "
-                    f"supported engines are: {', '.join(_SUPPORTED_METHODS_BY_ENGINE)}"
-                )
-            elif method not in _SUPPORTED_METHODS_BY_ENGINE[engine]:
-                messages.append(
-                    f"`scheduler.engine: {engine}` does not support `method: {method}`. "
-                    "supported methods are: "
-                    + ", ".join(f"`method: {m}`" for m in _SUPPORTED_METHODS_BY_ENGINE[engine])
-                )
-
-    # min < max and probabilities compare values inside the document: not jsonschema's job.
+        messages += scheduler_violations(config, method, scheduler)
     if "parameters" in config:
-        for parameter_name, parameter_dict in config["parameters"].items():
-            if not isinstance(parameter_dict, dict):
-                raise ValueError(f"Invalid configuration for hyperparameter '{parameter_name}'")
-            for check in (
-                validate_min_max,
-                validate_categorical_prob,
-                check_for_deprecated_distributions,
-            ):
-                try:
-                    check(parameter_name, parameter_dict)
-                except (ValueError, jsonschema.ValidationError) as e:
-                    messages.append(e.args[0])
+        messages += _parameter_violations(config["parameters"])
     return messages
 
 
