@@ -3,7 +3,9 @@ runs so far, and the next run where expected improvement is highest.
 
 Ported from wandb/sweeps 0.3.0 (sweeps/bayes_search.py), MIT License, Copyright (c) 2021
 Weights and Biases; see LICENSE-third-party.md. Changes: imports; the Gaussian process moved to
-gaussian_process.py; a note goes to the logger instead of stdout. The random draws use numpy's global generator exactly as W&B's engine does.
+gaussian_process.py and the acquisition to expected_improvement.py; _construct_gp_data and
+bayes_search_next_run split into named helpers. The random draws use numpy's global generator
+exactly as W&B's engine does, in the same order.
 """
 
 from __future__ import annotations
@@ -13,11 +15,8 @@ from enum import Enum
 
 import numpy as np
 
-from trainer.sweep.methods.gaussian_process import (
-    ArrayLike,
-    floating,
-    next_sample,
-)
+from trainer.sweep.methods.expected_improvement import next_sample
+from trainer.sweep.methods.gaussian_process import ArrayLike, floating
 from trainer.sweep.methods.params import HyperParameter, HyperParameterSet
 from trainer.sweep.methods.run import RunState, SweepRun, is_number, run_state_is_terminal
 from trainer.sweep.methods.schema import SweepConfig, fill_validate_metric
@@ -91,9 +90,71 @@ def impute(
         raise ValueError(f"invalid impute strategy: {impute_strategy}")
 
 
+def _run_metric(
+    run: SweepRun,
+    runs: list[SweepRun],
+    metric: dict,
+    strategy: ImputeStrategy,
+    worst_metric: floating,
+) -> floating:
+    """The run's real min/max metric, else a value imputed by `strategy`."""
+    goal, metric_name = metric["goal"], metric["name"]
+    try:
+        return run.metric_extremum(metric_name, kind="maximum" if goal == "maximize" else "minimum")
+    except ValueError:
+        if strategy != "worst":
+            return impute(goal, metric_name, strategy, run=run, runs=runs)  # default
+        else:
+            return worst_metric
+
+
+def _split_runs(
+    runs: list[SweepRun],
+    X_norms: ArrayLike,
+    metric: dict,
+    impute_strategy: ImputeStrategy,
+    worst_metric: floating,
+) -> tuple[list, list, list]:
+    """The encoded parameters of the runs with a metric (and those metrics), and of the runs
+    that are in flight without one."""
+    goal, metric_name = metric["goal"], metric["name"]
+    sample_X: list = []
+    current_X: list = []
+    y: list = []
+    for run, X_norm in zip(runs, X_norms, strict=False):
+        if run.state == RunState.finished:
+            y.append(_run_metric(run, runs, metric, impute_strategy, worst_metric))
+            sample_X.append(X_norm)
+        elif run.state in [RunState.failed, RunState.crashed, RunState.killed]:
+            if impute_strategy != "worst":
+                value = impute(goal, metric_name, impute_strategy, run=run, runs=runs)
+            else:
+                value = worst_metric
+            y.append(value)
+            sample_X.append(X_norm)
+        elif run.state in [RunState.running]:
+            # Use metric for gaussian training while running, NOT default functionality
+            if metric.get("impute_while_running") not in ["false", None]:
+                strategy = ImputeStrategy(metric["impute_while_running"])
+                y.append(_run_metric(run, runs, metric, strategy, worst_metric))
+                sample_X.append(X_norm)
+            else:
+                current_X.append(X_norm)
+        elif run.state in [RunState.preempting, RunState.preempted, RunState.pending]:
+            # run hasnt started yet
+            # we wont use the metric, but we should pass it into our optimizer to
+            # account for the fact that it is running
+            current_X.append(X_norm)
+        else:
+            raise ValueError("Run is in unknown state")
+    return sample_X, current_X, y
+
+
 def _construct_gp_data(
     runs: list[SweepRun], config: dict
 ) -> tuple[HyperParameterSet, ArrayLike, ArrayLike, ArrayLike, str]:
+    """The GP's inputs from the runs so far: parameters, samples, runs in flight, the metric
+    (negated when maximizing: next_sample minimizes) and a warning when no metric is valid."""
     goal = config["metric"]["goal"]
     metric_name = config["metric"]["name"]
     impute_strategy = ImputeStrategy(config["metric"]["impute"])
@@ -102,60 +163,13 @@ def _construct_gp_data(
     if len(params.searchable_params) == 0:
         raise ValueError("Need at least one searchable parameter for bayes search.")
 
-    sample_X: ArrayLike = []
-    current_X: ArrayLike = []
-    y: ArrayLike = []
-
     X_norms = params.normalize_runs_as_array(runs)
 
     # precalculate worst metric, same for all runs
     worst_metric = impute(goal, metric_name, ImputeStrategy.worst, runs=runs)
-
-    def get_metric(strategy: ImputeStrategy):
-        # try to return the real min/max metric for a run, else return
-        #     an imputed value based on the input strategy
-        try:
-            return run.metric_extremum(
-                metric_name, kind="maximum" if goal == "maximize" else "minimum"
-            )
-        except ValueError:
-            if strategy != "worst":
-                return impute(goal, metric_name, strategy, run=run, runs=runs)  # default
-            else:
-                return worst_metric
-
-    for run, X_norm in zip(runs, X_norms, strict=False):
-        if run.state == RunState.finished:
-            metric = get_metric(impute_strategy)
-            y.append(metric)
-            sample_X.append(X_norm)
-        elif run.state in [RunState.failed, RunState.crashed, RunState.killed]:
-            if impute_strategy != "worst":
-                metric = impute(goal, metric_name, impute_strategy, run=run, runs=runs)
-            else:
-                metric = worst_metric
-            y.append(metric)
-            sample_X.append(X_norm)
-        elif run.state in [RunState.running]:
-            # Use metric for gaussian training while running, NOT default functionality
-            if config["metric"].get("impute_while_running") not in ["false", None]:
-                strategy = ImputeStrategy(config["metric"]["impute_while_running"])
-                metric = get_metric(strategy)
-                y.append(metric)
-                sample_X.append(X_norm)
-            else:
-                current_X.append(X_norm)
-        elif run.state in [
-            RunState.preempting,
-            RunState.preempted,
-            RunState.pending,
-        ]:
-            # run hasnt started yet
-            # we wont use the metric, but we should pass it into our optimizer to
-            # account for the fact that it is running
-            current_X.append(X_norm)
-        else:
-            raise ValueError("Run is in unknown state")
+    sample_X, current_X, y = _split_runs(
+        runs, X_norms, config["metric"], impute_strategy, worst_metric
+    )
 
     sample_X = np.empty([0, 0]) if len(sample_X) == 0 else np.asarray(sample_X)
 
@@ -176,6 +190,16 @@ def _construct_gp_data(
     y *= -1 if goal == "maximize" else 1
 
     return params, sample_X, current_X, y, warnings
+
+
+def _decoded_config(params: HyperParameterSet, suggested_X: ArrayLike) -> dict:
+    """The run config of a suggestion, its [0, 1] values mapped back to the original ranges."""
+    for param in params:
+        if param.type == HyperParameter.CONSTANT:
+            continue
+        try_value = suggested_X[params.param_names_to_index[param.name]]
+        param.value = param.ppf(try_value)
+    return params.to_config()
 
 
 def bayes_search_next_run(
@@ -201,10 +225,8 @@ def bayes_search_next_run(
     Returns:
         The suggested run.
     """
-
     if validate:
         config = SweepConfig(config)
-
     config = bayes_baseline_validate_and_fill(config)
 
     params, sample_X, current_X, y, warnings_construct_gp_data = _construct_gp_data(runs, config)
@@ -224,15 +246,7 @@ def bayes_search_next_run(
         current_X=current_X if len(current_X) > 0 else None,
     )
 
-    # convert the parameters from vector of [0,1] values
-    # to the original ranges
-    for param in params:
-        if param.type == HyperParameter.CONSTANT:
-            continue
-        try_value = suggested_X[params.param_names_to_index[param.name]]
-        param.value = param.ppf(try_value)
-
-    ret_dict = params.to_config()
+    ret_dict = _decoded_config(params, suggested_X)
     info = {
         "success_probability": suggested_X_prob_of_improvement,
         "predicted_value": suggested_X_predicted_y,

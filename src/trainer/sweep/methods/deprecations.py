@@ -1,7 +1,9 @@
-"""The deprecation notes for W&B's v1 log distributions, keyed by parameter type.
+"""The deprecation notes for W&B's v1 log distributions (keyed by parameter type), and the
+check that raises them.
 
-Ported from wandb/sweeps 0.3.0 (sweeps/params.py), MIT License, Copyright (c) 2021 Weights and
-Biases; see LICENSE-third-party.md. Changes: moved out of params.py and schema.py; reads the vendored schema.
+Ported from wandb/sweeps 0.3.0 (sweeps/params.py, sweeps/config/schema.py), MIT License,
+Copyright (c) 2021 Weights and Biases; see LICENSE-third-party.md. Changes: moved out of
+params.py and schema.py; reads the vendored schema.
 """
 
 from __future__ import annotations
