@@ -23,12 +23,15 @@ from trainer.sweep.methods.schema import SweepConfig, fill_validate_metric
 
 
 class ImputeStrategy(str, Enum):
+    """How bayes search values a run without a usable metric."""
+
     best = "best"
     worst = "worst"
     latest = "latest"
 
 
 def bayes_baseline_validate_and_fill(config: dict) -> dict:
+    """A copy of the config checked for what bayes search needs, its metric defaults filled in."""
     config = deepcopy(config)
 
     if "metric" not in config:
@@ -262,7 +265,8 @@ def bayes_search_next_runs(
     config: dict,
     validate: bool = False,
     n: int = 1,
-):
+) -> list[SweepRun]:
+    """Suggest n runs by Bayesian optimization, each one counting the ones before it as in flight."""
     ret: list[SweepRun] = []
     for _ in range(n):
         suggestion = bayes_search_next_run(runs + ret, config, validate)

@@ -30,6 +30,7 @@ STD_NUMERICAL_STABILITY_EPSILON = 1e-6
 def fit_normalized_gaussian_process(
     X: ArrayLike, y: ArrayLike, nu: floating = 1.5
 ) -> tuple[sklearn_gaussian.GaussianProcessRegressor, floating, floating]:
+    """A Matern-kernel GP fit on y normalized to mean 0, std 1, with that mean and std."""
     gp = sklearn_gaussian.GaussianProcessRegressor(
         kernel=sklearn_gaussian.kernels.Matern(nu=nu),
         n_restarts_optimizer=2,
@@ -60,10 +61,12 @@ def fit_normalized_gaussian_process(
 
 
 def sigmoid(x: ArrayLike) -> ArrayLike:
+    """The logistic function, computed without overflow."""
     return np.exp(-np.logaddexp(0, -x))
 
 
 def random_sample(X_bounds: ArrayLike, num_test_samples: integer) -> ArrayLike:
+    """num_test_samples points drawn uniformly within X_bounds (ints for int bounds)."""
     num_hyperparameters = len(X_bounds)
     test_X = np.empty((int(num_test_samples), num_hyperparameters))
     for ii in range(num_test_samples):

@@ -23,12 +23,14 @@ from trainer.sweep.methods.schema import SweepConfig
 
 
 def _get_nested_value(obj: dict, key: list[str]) -> Any:
+    """obj[key[0]][key[1]]..."""
     for subkey in key:
         obj = obj[subkey]
     return obj
 
 
 def _dict_has_nested_key(obj: dict, key: list[str]) -> bool:
+    """Whether obj[key[0]][key[1]]... exists."""
     try:
         _get_nested_value(obj, key)
     except KeyError:
@@ -40,6 +42,7 @@ logger = logging.getLogger(__name__)
 
 
 def yaml_hash(value: Any) -> str:
+    """The MD5 of a value's sorted flow-style YAML, integer floats counted as ints."""
     if isinstance(value, float) and value.is_integer():
         # Convert integer floats to ints, so that e.g. 3000000.0 == 3000000
         # Generally this isn't a problem, but when a run config value is something like "3e6" it's interpreted as a float

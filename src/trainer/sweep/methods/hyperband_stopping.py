@@ -22,6 +22,8 @@ from trainer.sweep.methods.schema import (
 
 
 def hyperband_baseline_validate_and_fill(config: dict) -> dict:
+    """A copy of the config checked for what hyperband needs, its defaults filled in and
+    unknown early_terminate keys dropped."""
     config = deepcopy(config)
 
     if "metric" not in config:

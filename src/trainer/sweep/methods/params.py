@@ -28,6 +28,8 @@ logger = logging.getLogger(__name__)
 
 
 class HyperParameter:
+    """One sweep parameter: its W&B type, its filled-in spec and its current value."""
+
     CONSTANT = "param_single_value"
     CATEGORICAL = "param_categorical"
     CATEGORICAL_PROB = "param_categorical_w_probabilities"
@@ -52,7 +54,7 @@ class HyperParameter:
     BETA = "param_beta"
     Q_BETA = "param_qbeta"
 
-    def __init__(self, name: str, config: dict):
+    def __init__(self, name: str, config: dict) -> None:
         """A hyperparameter to optimize.
 
         >>> parameter = HyperParameter('int_unif_distributed', {'min': 1, 'max': 10})
@@ -124,22 +126,27 @@ class HyperParameter:
         return self.ppf(random.uniform(0.0, 1.0))
 
     def _to_config(self) -> tuple[str, dict]:
+        """The parameter as a run config entry: (name, {"value": value})."""
         config = dict(value=self.value)
         return self.name, config
 
     def _name_and_value(self) -> tuple[str, Any]:
+        """The parameter's name and current value."""
         return self.name, self.value
 
 
 class HyperParameterSet(list):
+    """The sweep's parameters, flattened, with the searchable ones indexed."""
+
     NESTING_DELIMITER: str = ".wbnest[599c28ca25da]."
 
-    def __init__(self, items: list[HyperParameter]):
+    def __init__(self, items: list[HyperParameter]) -> None:
         """A set of HyperParameters.
 
         >>> hp1 = HyperParameter('a', {'values': [1, 2, 3]})
         >>> hp2 = HyperParameter('b', {'distribution': 'normal'})
-        >>> HyperParameterSet([hp1, hp2])
+        >>> len(HyperParameterSet([hp1, hp2]).searchable_params)
+        2
 
         Args:
             items: A list of HyperParameters to construct the set from.
@@ -164,7 +171,7 @@ class HyperParameterSet(list):
         super().__init__(items)
 
     @classmethod
-    def from_config(cls, config: dict):
+    def from_config(cls, config: dict) -> HyperParameterSet:
         """Instantiate a HyperParameterSet based the parameters section of a SweepConfig.
 
         >>> sweep_config = {'method': 'grid', 'parameters': {'a': {'values': [1, 2, 3]}}}

@@ -17,7 +17,7 @@ import scipy.stats as stats
 ArrayLike = Any
 
 
-def q_log_uniform_v1_ppf(x: ArrayLike, min, max, q):
+def q_log_uniform_v1_ppf(x: ArrayLike, min: float, max: float, q: float) -> ArrayLike:
     """Quantized log-uniform PPF with the bounds given as logarithms."""
     r = np.exp(stats.uniform.ppf(x, min, max - min))
     ret_val = np.round(r / q) * q
@@ -27,7 +27,7 @@ def q_log_uniform_v1_ppf(x: ArrayLike, min, max, q):
         return ret_val
 
 
-def inv_log_uniform_v1_ppf(x: ArrayLike, min, max):
+def inv_log_uniform_v1_ppf(x: ArrayLike, min: float, max: float) -> ArrayLike:
     """Inverse log-uniform PPF with the bounds given as logarithms."""
     return np.exp(
         -stats.uniform.ppf(
@@ -38,7 +38,7 @@ def inv_log_uniform_v1_ppf(x: ArrayLike, min, max):
     )
 
 
-def loguniform_v1_ppf(x: ArrayLike, min, max):
+def loguniform_v1_ppf(x: ArrayLike, min: float, max: float) -> ArrayLike:
     """Log-uniform PPF with the bounds given as logarithms."""
     return np.exp(stats.uniform.ppf(x, min, max - min))
 

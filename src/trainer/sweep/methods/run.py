@@ -21,6 +21,8 @@ floating = float | np.floating
 
 
 class RunState(str, Enum):
+    """A run's state, as W&B's engine names it."""
+
     pending = "pending"
     running = "running"
     finished = "finished"
@@ -32,6 +34,7 @@ class RunState(str, Enum):
 
 
 def run_state_is_terminal(state: RunState) -> bool:
+    """Whether a run in this state has ended."""
     return state in [
         RunState.finished,
         RunState.crashed,
@@ -82,6 +85,7 @@ class SweepRun:
         self.state = RunState(self.state).value  # "crashed" or RunState.crashed alike
 
     def metric_history(self, metric_name: str, filter_invalid: bool = False) -> list[floating]:
+        """The metric's logged values in order (finite numbers only when filter_invalid)."""
         return [
             d[metric_name]
             for d in self.history
@@ -89,6 +93,7 @@ class SweepRun:
         ]
 
     def summary_metric(self, metric_name: str) -> floating:
+        """The metric's summary value; ValueError when the run has none."""
         if self.summary_metrics is None:
             raise ValueError("this run has no summary metrics")
         if metric_name not in self.summary_metrics:
@@ -138,6 +143,7 @@ def next_run(
     validate: bool = False,
     **kwargs,
 ) -> SweepRun | None:
+    """The next run of the sweep, or None when the search space is exhausted."""
     return next_runs(sweep_config, runs, validate, 1, **kwargs)[0]
 
 

@@ -37,11 +37,13 @@ format_checker = jsonschema.FormatChecker()
 
 @format_checker.checks("float")
 def _float_checker(value: Any) -> bool:
+    """Whether the value is a float."""
     return isinstance(value, float)
 
 
 @format_checker.checks("integer")
 def _int_checker(value: Any) -> bool:
+    """Whether the value is an int."""
     return isinstance(value, int)
 
 
@@ -49,10 +51,12 @@ validator = Draft7Validator(schema=sweep_config_jsonschema, format_checker=forma
 
 
 def _extend_with_default(validator_class):
+    """A validator class that also fills in the schema's defaults."""
     # https://python-jsonschema.readthedocs.io/en/stable/faq/#why-doesn-t-my-schema-s-default-property-set-the-default-on-my-instance
     validate_properties = validator_class.VALIDATORS["properties"]
 
     def set_defaults(validator, properties, instance, schema):
+        """Validate as usual; when valid, fill in the defaults of absent properties."""
         errored = False
         for error in validate_properties(validator, properties, instance, schema):
             errored = True
@@ -87,6 +91,7 @@ def subschema(node: dict[str, Any]) -> dict[str, Any]:
 
 @cache
 def _parameter_validators() -> tuple[tuple[str, Draft7Validator], ...]:
+    """A validator per parameter type of the schema, in the schema's order."""
     names = [d["$ref"].split("/")[-1] for d in definition("parameter")["anyOf"]]
     return tuple(
         (name, Draft7Validator(subschema(definition(name)), format_checker=format_checker))
@@ -111,6 +116,7 @@ def fill_parameter(parameter_name: str, config: dict) -> tuple[str, dict] | None
 
 
 def validate_min_max(parameter_name: str, parameter_config: dict) -> None:
+    """Raise ValueError when a parameter's numeric min is not below its max."""
     if "min" in parameter_config and "max" in parameter_config:
         min_value, max_value = parameter_config["min"], parameter_config["max"]
         # The schema reports non-numeric bounds (e.g. null); only compare numbers here.
@@ -121,6 +127,7 @@ def validate_min_max(parameter_name: str, parameter_config: dict) -> None:
 
 
 def validate_categorical_prob(parameter_name: str, parameter_config: dict) -> None:
+    """Raise ValueError when probabilities don't match the values or don't sum to 1."""
     if "values" in parameter_config and "probabilities" in parameter_config:
         if len(parameter_config["values"]) != len(parameter_config["probabilities"]):
             raise ValueError(
@@ -142,6 +149,7 @@ def _drop_unknown_enum(metric: dict, schema: dict, key: str) -> None:
 
 
 def fill_validate_metric(d: dict) -> dict:
+    """A copy of the config with the metric's defaults filled in."""
     d = deepcopy(d)
     if "metric" in d:
         if not isinstance(d["metric"], dict):
@@ -154,6 +162,7 @@ def fill_validate_metric(d: dict) -> dict:
 
 
 def fill_validate_metrics(d: dict) -> dict:
+    """A copy of the config with every metric of `metrics` filled in."""
     d = deepcopy(d)
     if "metrics" in d:
         if not isinstance(d["metrics"], list):
@@ -173,6 +182,7 @@ def fill_validate_metrics(d: dict) -> dict:
 
 
 def fill_validate_early_terminate(d: dict) -> dict:
+    """A copy of the config with early_terminate's defaults filled in."""
     d = deepcopy(d)
     if d["early_terminate"]["type"] == "hyperband":
         filler = DefaultFiller(
@@ -262,7 +272,8 @@ def fill_validate_schema(d: dict) -> dict:
 class SweepConfig(dict):
     """A validated sweep configuration with W&B's defaults filled in."""
 
-    def __init__(self, d: dict):
+    def __init__(self, d: dict) -> None:
+        """Validate `d` (unless it already is a SweepConfig) and fill in W&B's defaults."""
         if not isinstance(d, SweepConfig):
             violations = schema_violations_from_proposed_config(d)
             if violations:
