@@ -24,15 +24,27 @@ def _functions(path: Path):
             yield node.name, node.end_lineno - node.lineno + 1
 
 
+# The size rule covers the whole src/ tree: the training side, the sweep side, the plugin.
+SRC = ROOT.parent
+EVERY_MODULE = sorted(SRC.rglob("*.py"))
+# CLI argument tables may run past 60 lines; none does today. Entries are "path:function".
+ARGUMENT_TABLES: set[str] = set()
+
+
+def test_the_size_rule_sees_the_sweep_side_and_the_plugin():
+    parts = {part for p in EVERY_MODULE for part in p.relative_to(SRC).parts}
+    assert {"trainer", "sweep", "methods", "hydra_plugins"} <= parts
+
+
 def test_no_function_over_60_lines_and_no_module_over_300():
     long_functions = [
-        f"{p.relative_to(ROOT)}:{name} ({n})"
-        for p in TRAINING
+        f"{p.relative_to(SRC)}:{name} ({n})"
+        for p in EVERY_MODULE
         for name, n in _functions(p)
-        if n > 60
+        if n > 60 and f"{p.relative_to(SRC)}:{name}" not in ARGUMENT_TABLES
     ]
     long_modules = [
-        str(p.relative_to(ROOT)) for p in TRAINING if len(p.read_text().splitlines()) > 300
+        str(p.relative_to(SRC)) for p in EVERY_MODULE if len(p.read_text().splitlines()) > 300
     ]
     assert long_functions == [] and long_modules == []
 

@@ -57,6 +57,7 @@ def metric_value(run: RunRecord, metric: dict | None) -> float | None:
 
 
 def to_sweep_run(run: RunRecord) -> methods.SweepRun:
+    """The engine's view of a stored trial: its id, state, config and metric history."""
     return methods.SweepRun(
         name=run.id,
         state=_ENGINE_STATE.get(run.state, "finished"),

@@ -12,6 +12,28 @@ from trainer.metrics import EPOCH_METRICS
 from trainer.sweep.distributions import GRID, POSITIVE_MIN, distribution
 
 
+def _probability_problems(key: str, spec: dict, method: str | None) -> list[str]:
+    """What is wrong with a categorical parameter's `probabilities`."""
+    problems = []
+    probs = spec["probabilities"]
+    values = spec.get("values") or []
+    if len(probs) != len(values):
+        problems.append(
+            f"parameter {key}: {len(probs)} probabilities for {len(values)} values; "
+            "give one probability per value"
+        )
+    if not math.isclose(sum(probs), 1.0, abs_tol=1e-6):
+        problems.append(
+            f"parameter {key}: probabilities sum to {sum(probs):g}, not 1; rescale them"
+        )
+    if method == "bayes":
+        problems.append(
+            f"parameter {key}: the bayes engine cannot use `probabilities`; drop them or "
+            "use method: random"
+        )
+    return problems
+
+
 def _parameter_problems(
     key: str,
     spec: Any,
@@ -19,6 +41,7 @@ def _parameter_problems(
     keys: set[str],
     groups: dict[str, list[str]],
 ) -> list[str]:
+    """What is wrong with one parameter's spec, for the method and the composed config."""
     if not isinstance(spec, dict):
         return [
             f"parameter {key}: {spec!r} is not a W&B parameter spec; write {{value: ...}}, "
@@ -41,22 +64,7 @@ def _parameter_problems(
                 f"(got {low}); use e.g. min: 1e-6"
             )
     if "probabilities" in spec:
-        probs = spec["probabilities"]
-        values = spec.get("values") or []
-        if len(probs) != len(values):
-            problems.append(
-                f"parameter {key}: {len(probs)} probabilities for {len(values)} values; "
-                "give one probability per value"
-            )
-        if not math.isclose(sum(probs), 1.0, abs_tol=1e-6):
-            problems.append(
-                f"parameter {key}: probabilities sum to {sum(probs):g}, not 1; rescale them"
-            )
-        if method == "bayes":
-            problems.append(
-                f"parameter {key}: the bayes engine cannot use `probabilities`; drop them or "
-                "use method: random"
-            )
+        problems.extend(_probability_problems(key, spec, method))
     if key in groups:
         options = groups[key]
         chosen = spec.get("values", [spec["value"]] if "value" in spec else [])
@@ -78,7 +86,7 @@ def _parameter_problems(
 def schema_problems(config: dict[str, Any]) -> list[str]:
     """The violations of W&B's sweep schema (as W&B's engine reports them), less its notes on
     the older log distributions (log_uniform & co. take exponents; W&B still runs them)."""
-    from trainer.sweep.methods.params import PARAM_DEPRECATION_MAP
+    from trainer.sweep.methods.deprecations import PARAM_DEPRECATION_MAP
     from trainer.sweep.methods.schema import (
         ParamValidationError,
         fill_parameter,

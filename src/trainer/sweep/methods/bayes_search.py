@@ -2,44 +2,36 @@
 runs so far, and the next run where expected improvement is highest.
 
 Ported from wandb/sweeps 0.3.0 (sweeps/bayes_search.py), MIT License, Copyright (c) 2021
-Weights and Biases; see LICENSE-third-party.md. Changes: imports; scikit-learn's convergence
-warning is silenced around the fit only (not process-wide); a note goes to the logger instead
-of stdout. The random draws use numpy's global generator exactly as W&B's engine does.
+Weights and Biases; see LICENSE-third-party.md. Changes: imports; the Gaussian process moved to
+gaussian_process.py and the acquisition to expected_improvement.py; _construct_gp_data and
+bayes_search_next_run split into named helpers. The random draws use numpy's global generator
+exactly as W&B's engine does, in the same order.
 """
 
 from __future__ import annotations
 
-import logging
-import warnings
 from copy import deepcopy
 from enum import Enum
-from typing import Any
 
 import numpy as np
-from scipy import stats as scipy_stats
-from sklearn import gaussian_process as sklearn_gaussian
-from sklearn.exceptions import ConvergenceWarning
 
+from trainer.sweep.methods.expected_improvement import next_sample
+from trainer.sweep.methods.gaussian_process import ArrayLike, floating
 from trainer.sweep.methods.params import HyperParameter, HyperParameterSet
 from trainer.sweep.methods.run import RunState, SweepRun, is_number, run_state_is_terminal
 from trainer.sweep.methods.schema import SweepConfig, fill_validate_metric
 
-ArrayLike = Any
-floating = float | np.floating
-integer = int | np.integer
-logger = logging.getLogger(__name__)
-
-GAUSSIAN_PROCESS_NUGGET = 1e-7
-STD_NUMERICAL_STABILITY_EPSILON = 1e-6
-
 
 class ImputeStrategy(str, Enum):
+    """How bayes search values a run without a usable metric."""
+
     best = "best"
     worst = "worst"
     latest = "latest"
 
 
 def bayes_baseline_validate_and_fill(config: dict) -> dict:
+    """A copy of the config checked for what bayes search needs, its metric defaults filled in."""
     config = deepcopy(config)
 
     if "metric" not in config:
@@ -51,294 +43,6 @@ def bayes_baseline_validate_and_fill(config: dict) -> dict:
     config = fill_validate_metric(config)
 
     return config
-
-
-def fit_normalized_gaussian_process(
-    X: ArrayLike, y: ArrayLike, nu: floating = 1.5
-) -> tuple[sklearn_gaussian.GaussianProcessRegressor, floating, floating]:
-    gp = sklearn_gaussian.GaussianProcessRegressor(
-        kernel=sklearn_gaussian.kernels.Matern(nu=nu),
-        n_restarts_optimizer=2,
-        alpha=GAUSSIAN_PROCESS_NUGGET,
-        random_state=2,
-    )
-
-    y = np.asarray(y, dtype=float)
-    y_stddev: ArrayLike
-    if len(y) == 1:
-        y_mean = y[0]
-        y_stddev = 1.0
-        y_norm = y - y_mean
-    else:
-        # Large finite metrics cause np.mean to overflow to inf, so we first normalize
-        # everything by the largest metric seen.
-        scale = max(float(np.max(np.abs(y))), 1.0)
-        y_scaled = y / scale
-        scaled_mean = np.mean(y_scaled)
-        scaled_stddev = np.std(y_scaled) + STD_NUMERICAL_STABILITY_EPSILON / scale
-        y_norm = (y_scaled - scaled_mean) / scaled_stddev
-        y_mean = scaled_mean * scale
-        y_stddev = scaled_stddev * scale
-    with warnings.catch_warnings():  # a noisy, inconsequential notice of the kernel's optimiser
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        gp.fit(X, y_norm)
-    return gp, y_mean, y_stddev
-
-
-def sigmoid(x: ArrayLike) -> ArrayLike:
-    return np.exp(-np.logaddexp(0, -x))
-
-
-def random_sample(X_bounds: ArrayLike, num_test_samples: integer) -> ArrayLike:
-    num_hyperparameters = len(X_bounds)
-    test_X = np.empty((int(num_test_samples), num_hyperparameters))
-    for ii in range(num_test_samples):
-        for jj in range(num_hyperparameters):
-            if type(X_bounds[jj][0]) is int:
-                assert type(X_bounds[jj][1]) is int
-                test_X[ii, jj] = np.random.randint(X_bounds[jj][0], X_bounds[jj][1])
-            else:
-                test_X[ii, jj] = (
-                    np.random.uniform() * (X_bounds[jj][1] - X_bounds[jj][0]) + X_bounds[jj][0]
-                )
-    return test_X
-
-
-def train_gaussian_process(
-    sample_X: ArrayLike,
-    sample_y: ArrayLike,
-    X_bounds: ArrayLike | None = None,
-    current_X: ArrayLike = None,
-    nu: floating = 1.5,
-    max_samples: integer = 100,
-) -> tuple[sklearn_gaussian.GaussianProcessRegressor, floating, floating]:
-    """Trains a Gaussian Process function from sample_X, sample_y data.
-
-    Handles the case where there are other training runs in flight (current_X)
-
-    Arguments:
-        sample_X: vector of already evaluated sets of hyperparameters
-        sample_y: vector of already evaluated loss function values
-        X_bounds: minimum and maximum values for every dimension of X
-        current_X: hyperparameters currently being explored
-        nu: input to the Matern function, higher numbers make it smoother 0.5, 1.5, 2.5 are good values
-         see http://scikit-learn.org/stable/modules/generated/sklearn.gaussian_process.kernels.Matern.html
-
-    Returns:
-        gp: the gaussian process function
-        y_mean: mean
-        y_stddev: stddev
-
-        To make a prediction with gp on real world data X, need to call:
-        (gp.predict(X) * y_stddev) + y_mean
-    """
-    if current_X is not None:
-        current_X = np.array(current_X, dtype=float)
-        if len(current_X.shape) != 2:
-            raise ValueError("Current X must be a 2 dimensional array")
-        current_X = current_X[np.isfinite(current_X).all(axis=1)]
-
-        # we can't let the current samples be bigger than max samples
-        # because we need to use some real samples to build the curve
-        if current_X.shape[0] > max_samples - 5:
-            logger.info(
-                "current_X is bigger than max samples - 5 so dropping some currently running parameters"
-            )
-            current_X = current_X[: (max_samples - 5), :]  # type: ignore
-    if len(sample_y.shape) != 1:
-        raise ValueError("Sample y must be a 1 dimensional array")
-
-    if sample_X.shape[0] != sample_y.shape[0]:
-        raise ValueError(
-            f"Sample X and sample y must be the same size {sample_X.shape[0]} {sample_y.shape[0]}"
-        )
-
-    if X_bounds is not None and sample_X.shape[1] != len(X_bounds):
-        raise ValueError("Bounds must be the same length as Sample X's second dimension")
-
-    # gaussian process takes a long time to train, so if there's more than max_samples
-    # we need to sample from it
-    if sample_X.shape[0] > max_samples:
-        sample_indices = np.random.randint(sample_X.shape[0], size=max_samples)
-        X = sample_X[sample_indices]
-        y = sample_y[sample_indices]
-    else:
-        X = sample_X
-        y = sample_y
-    gp, y_mean, y_stddev = fit_normalized_gaussian_process(X, y, nu=nu)
-    if current_X is not None and len(current_X):
-        # if we have some hyperparameters running, we pretend that they return
-        # the prediction of the function we've fit
-        current_y_fantasy = (gp.predict(current_X) * y_stddev) + y_mean
-        # drop fantasies that overflowed so they can't poison the refit
-        is_fantasy_finite = np.isfinite(current_y_fantasy)
-        X = np.append(X, current_X[is_fantasy_finite], axis=0)
-        y = np.append(y, current_y_fantasy[is_fantasy_finite])
-        gp, y_mean, y_stddev = fit_normalized_gaussian_process(X, y, nu=nu)
-    return gp, y_mean, y_stddev
-
-
-def filter_nans(sample_X: ArrayLike, sample_y: ArrayLike) -> ArrayLike:
-    """Drop samples whose parameters or objective value are NaN or infinite."""
-    is_row_finite = np.isfinite(sample_X).all(axis=1) & np.isfinite(sample_y)
-    sample_X = sample_X[is_row_finite, :]
-    sample_y = sample_y[is_row_finite]
-    return sample_X, sample_y
-
-
-def next_sample(
-    *,
-    sample_X: ArrayLike,
-    sample_y: ArrayLike,
-    X_bounds: ArrayLike | None = None,
-    current_X: ArrayLike | None = None,
-    nu: floating = 1.5,
-    max_samples_for_gp: integer = 100,
-    num_points_to_try: integer = 1000,
-    test_X: ArrayLike | None = None,
-) -> tuple[ArrayLike, floating, floating, floating, floating, str]:
-    """Calculates the best next sample to look at via bayesian optimization.
-
-    Args:
-        sample_X: ArrayLike, shape (N_runs, N_params)
-            2d array of already evaluated sets of hyperparameters
-        sample_y: ArrayLike, shape (N_runs,)
-            1d array of already evaluated loss function values
-        X_bounds: ArrayLike, optional, shape (N_params, 2), default None
-            2d array minimum and maximum values for every dimension of X
-        current_X: ArrayLike, optional, shape (N_runs_in_flight, N_params), default None
-            hyperparameters currently being explored
-        nu: floating, optional, default = 1.5
-            input to the Matern function, higher numbers make it smoother. 0.5,
-            1.5, 2.5 are good values  see
-
-               http://scikit-learn.org/stable/modules/generated/sklearn.gaussian_process.kernels.Matern.html
-
-        max_samples_for_gp: integer, optional, default 100
-            maximum samples to consider (since algo is O(n^3)) for performance,
-            but also adds some randomness. this number of samples will be chosen
-            randomly from the sample_X and used to train the GP.
-        num_points_to_try: integer, optional, default 1000
-            number of X values to try when looking for value with highest expected probability
-            of improvement
-        test_X: X values to test when looking for the best values to try
-
-    Returns:
-        suggested_X: optimal X value to try
-        prob_of_improvement: probability of an improvement
-        predicted_y: predicted value
-        predicted_std: stddev of predicted value
-        expected_improvement: expected improvement
-        warnings: warnings encountered
-    """
-    # Sanity check the data
-    sample_X = np.array(sample_X)
-    sample_y = np.array(sample_y)
-    if test_X is not None:
-        test_X = np.array(test_X)
-    if len(sample_X.shape) != 2:
-        raise ValueError("Sample X must be a 2 dimensional array")
-
-    if len(sample_y.shape) != 1:
-        raise ValueError("Sample y must be a 1 dimensional array")
-
-    if sample_X.shape[0] != sample_y.shape[0]:
-        raise ValueError("Sample X and y must be same length")
-
-    if test_X is not None:
-        # if test_X is set, usually this is for simulation/testing
-        if X_bounds is not None:
-            raise ValueError("Can't set test_X and X_bounds")
-
-    else:
-        # normal case where we randomly sample our test_X
-        if X_bounds is None:
-            raise ValueError("Must pass in test_X or X_bounds")
-
-    filtered_X, filtered_y = filter_nans(sample_X, sample_y)
-
-    # we can't run this algothim with less than two sample points, so we'll
-    # just return a random point
-    if filtered_X.shape[0] < 2:
-        if test_X is not None:
-            # pick a random row from test_X
-            row = np.random.choice(test_X.shape[0])
-            X = test_X[row, :]
-        else:
-            X = random_sample(X_bounds, 1)[0]
-        prediction = 0.0 if filtered_X.shape[0] < 1 else filtered_y[0]
-        return (
-            X,
-            1.0,
-            prediction,
-            np.nan,
-            np.nan,
-            "",
-        )
-
-    # build the acquisition function
-    (
-        gp,
-        y_mean,
-        y_stddev,
-    ) = train_gaussian_process(filtered_X, filtered_y, X_bounds, current_X, nu, max_samples_for_gp)
-    # Look for the minimum value of our fitted-target-function + (kappa * fitted-target-std_dev)
-    if test_X is None:  # this is the usual case
-        test_X = random_sample(X_bounds, num_points_to_try)
-    y_pred, y_pred_cov = gp.predict(test_X, return_cov=True)
-
-    # HACK: Covariance matrix uses cholenky decomposition, so
-    # use the diagonal of the covariance matrix to get the std_dev
-    y_pred_std = np.sqrt(np.diag(y_pred_cov))
-
-    # best value of y we've seen so far.  i.e. y*
-    min_unnorm_y = np.min(filtered_y)
-
-    min_norm_y = (min_unnorm_y - y_mean) / y_stddev
-
-    Z = -(y_pred - min_norm_y) / (y_pred_std + STD_NUMERICAL_STABILITY_EPSILON)
-    prob_of_improve: np.ndarray = scipy_stats.norm.cdf(Z)
-    e_i = -(y_pred - min_norm_y) * scipy_stats.norm.cdf(Z) + y_pred_std * scipy_stats.norm.pdf(Z)
-
-    best_test_X_index = np.argmax(e_i)
-
-    # Make sure Kernel is not too close to boundaries
-    # from https://github.com/scikit-learn/scikit-learn/blob/baf0ea25d6dd034403370fea552b21a6776bef18/sklearn/gaussian_process/kernels.py#L411
-    list_close = np.isclose(gp.kernel_.bounds, np.atleast_2d(gp.kernel_.theta).T)
-    warnings = ""
-    idx = 0
-    for hyp in gp.kernel_.hyperparameters:
-        if hyp.fixed:
-            continue
-        for _ in range(hyp.n_elements):
-            if list_close[idx, 0] or list_close[idx, 1]:
-                warnings = "\n Some dimmensions of kernel are close to their bounds (bad fit), the next sample will be a random sample within parameter space"
-                best_test_X_index = np.random.randint(0, test_X.shape[0] - 1)
-                break
-            idx += 1
-
-    suggested_X = test_X[best_test_X_index]
-    suggested_X_prob_of_improvement = prob_of_improve[best_test_X_index]
-    suggested_X_predicted_y = y_pred[best_test_X_index] * y_stddev + y_mean
-    suggested_X_predicted_std = y_pred_std[best_test_X_index] * y_stddev
-
-    # recalculate expected improvement
-    min_norm_y = (min_unnorm_y - y_mean) / y_stddev
-    z_best = -(y_pred[best_test_X_index] - min_norm_y) / (
-        y_pred_std[best_test_X_index] + STD_NUMERICAL_STABILITY_EPSILON
-    )
-    suggested_X_expected_improvement = -(
-        y_pred[best_test_X_index] - min_norm_y
-    ) * scipy_stats.norm.cdf(z_best) + y_pred_std[best_test_X_index] * scipy_stats.norm.pdf(z_best)
-
-    return (
-        suggested_X,
-        suggested_X_prob_of_improvement,
-        suggested_X_predicted_y,
-        suggested_X_predicted_std,
-        suggested_X_expected_improvement,
-        warnings,
-    )
 
 
 def impute(
@@ -389,9 +93,71 @@ def impute(
         raise ValueError(f"invalid impute strategy: {impute_strategy}")
 
 
+def _run_metric(
+    run: SweepRun,
+    runs: list[SweepRun],
+    metric: dict,
+    strategy: ImputeStrategy,
+    worst_metric: floating,
+) -> floating:
+    """The run's real min/max metric, else a value imputed by `strategy`."""
+    goal, metric_name = metric["goal"], metric["name"]
+    try:
+        return run.metric_extremum(metric_name, kind="maximum" if goal == "maximize" else "minimum")
+    except ValueError:
+        if strategy != "worst":
+            return impute(goal, metric_name, strategy, run=run, runs=runs)  # default
+        else:
+            return worst_metric
+
+
+def _split_runs(
+    runs: list[SweepRun],
+    X_norms: ArrayLike,
+    metric: dict,
+    impute_strategy: ImputeStrategy,
+    worst_metric: floating,
+) -> tuple[list, list, list]:
+    """The encoded parameters of the runs with a metric (and those metrics), and of the runs
+    that are in flight without one."""
+    goal, metric_name = metric["goal"], metric["name"]
+    sample_X: list = []
+    current_X: list = []
+    y: list = []
+    for run, X_norm in zip(runs, X_norms, strict=False):
+        if run.state == RunState.finished:
+            y.append(_run_metric(run, runs, metric, impute_strategy, worst_metric))
+            sample_X.append(X_norm)
+        elif run.state in [RunState.failed, RunState.crashed, RunState.killed]:
+            if impute_strategy != "worst":
+                value = impute(goal, metric_name, impute_strategy, run=run, runs=runs)
+            else:
+                value = worst_metric
+            y.append(value)
+            sample_X.append(X_norm)
+        elif run.state in [RunState.running]:
+            # Use metric for gaussian training while running, NOT default functionality
+            if metric.get("impute_while_running") not in ["false", None]:
+                strategy = ImputeStrategy(metric["impute_while_running"])
+                y.append(_run_metric(run, runs, metric, strategy, worst_metric))
+                sample_X.append(X_norm)
+            else:
+                current_X.append(X_norm)
+        elif run.state in [RunState.preempting, RunState.preempted, RunState.pending]:
+            # run hasnt started yet
+            # we wont use the metric, but we should pass it into our optimizer to
+            # account for the fact that it is running
+            current_X.append(X_norm)
+        else:
+            raise ValueError("Run is in unknown state")
+    return sample_X, current_X, y
+
+
 def _construct_gp_data(
     runs: list[SweepRun], config: dict
 ) -> tuple[HyperParameterSet, ArrayLike, ArrayLike, ArrayLike, str]:
+    """The GP's inputs from the runs so far: parameters, samples, runs in flight, the metric
+    (negated when maximizing: next_sample minimizes) and a warning when no metric is valid."""
     goal = config["metric"]["goal"]
     metric_name = config["metric"]["name"]
     impute_strategy = ImputeStrategy(config["metric"]["impute"])
@@ -400,60 +166,13 @@ def _construct_gp_data(
     if len(params.searchable_params) == 0:
         raise ValueError("Need at least one searchable parameter for bayes search.")
 
-    sample_X: ArrayLike = []
-    current_X: ArrayLike = []
-    y: ArrayLike = []
-
     X_norms = params.normalize_runs_as_array(runs)
 
     # precalculate worst metric, same for all runs
     worst_metric = impute(goal, metric_name, ImputeStrategy.worst, runs=runs)
-
-    def get_metric(strategy: ImputeStrategy):
-        # try to return the real min/max metric for a run, else return
-        #     an imputed value based on the input strategy
-        try:
-            return run.metric_extremum(
-                metric_name, kind="maximum" if goal == "maximize" else "minimum"
-            )
-        except ValueError:
-            if strategy != "worst":
-                return impute(goal, metric_name, strategy, run=run, runs=runs)  # default
-            else:
-                return worst_metric
-
-    for run, X_norm in zip(runs, X_norms, strict=False):
-        if run.state == RunState.finished:
-            metric = get_metric(impute_strategy)
-            y.append(metric)
-            sample_X.append(X_norm)
-        elif run.state in [RunState.failed, RunState.crashed, RunState.killed]:
-            if impute_strategy != "worst":
-                metric = impute(goal, metric_name, impute_strategy, run=run, runs=runs)
-            else:
-                metric = worst_metric
-            y.append(metric)
-            sample_X.append(X_norm)
-        elif run.state in [RunState.running]:
-            # Use metric for gaussian training while running, NOT default functionality
-            if config["metric"].get("impute_while_running") not in ["false", None]:
-                strategy = ImputeStrategy(config["metric"]["impute_while_running"])
-                metric = get_metric(strategy)
-                y.append(metric)
-                sample_X.append(X_norm)
-            else:
-                current_X.append(X_norm)
-        elif run.state in [
-            RunState.preempting,
-            RunState.preempted,
-            RunState.pending,
-        ]:
-            # run hasnt started yet
-            # we wont use the metric, but we should pass it into our optimizer to
-            # account for the fact that it is running
-            current_X.append(X_norm)
-        else:
-            raise ValueError("Run is in unknown state")
+    sample_X, current_X, y = _split_runs(
+        runs, X_norms, config["metric"], impute_strategy, worst_metric
+    )
 
     sample_X = np.empty([0, 0]) if len(sample_X) == 0 else np.asarray(sample_X)
 
@@ -474,6 +193,16 @@ def _construct_gp_data(
     y *= -1 if goal == "maximize" else 1
 
     return params, sample_X, current_X, y, warnings
+
+
+def _decoded_config(params: HyperParameterSet, suggested_X: ArrayLike) -> dict:
+    """The run config of a suggestion, its [0, 1] values mapped back to the original ranges."""
+    for param in params:
+        if param.type == HyperParameter.CONSTANT:
+            continue
+        try_value = suggested_X[params.param_names_to_index[param.name]]
+        param.value = param.ppf(try_value)
+    return params.to_config()
 
 
 def bayes_search_next_run(
@@ -499,10 +228,8 @@ def bayes_search_next_run(
     Returns:
         The suggested run.
     """
-
     if validate:
         config = SweepConfig(config)
-
     config = bayes_baseline_validate_and_fill(config)
 
     params, sample_X, current_X, y, warnings_construct_gp_data = _construct_gp_data(runs, config)
@@ -522,15 +249,7 @@ def bayes_search_next_run(
         current_X=current_X if len(current_X) > 0 else None,
     )
 
-    # convert the parameters from vector of [0,1] values
-    # to the original ranges
-    for param in params:
-        if param.type == HyperParameter.CONSTANT:
-            continue
-        try_value = suggested_X[params.param_names_to_index[param.name]]
-        param.value = param.ppf(try_value)
-
-    ret_dict = params.to_config()
+    ret_dict = _decoded_config(params, suggested_X)
     info = {
         "success_probability": suggested_X_prob_of_improvement,
         "predicted_value": suggested_X_predicted_y,
@@ -546,7 +265,8 @@ def bayes_search_next_runs(
     config: dict,
     validate: bool = False,
     n: int = 1,
-):
+) -> list[SweepRun]:
+    """Suggest n runs by Bayesian optimization, each one counting the ones before it as in flight."""
     ret: list[SweepRun] = []
     for _ in range(n):
         suggestion = bayes_search_next_run(runs + ret, config, validate)

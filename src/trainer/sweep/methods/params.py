@@ -3,7 +3,7 @@
 
 Ported from wandb/sweeps 0.3.0 (sweeps/params.py), MIT License, Copyright (c) 2021 Weights and
 Biases; see LICENSE-third-party.md. Changes: imports, the deprecation notes read the vendored
-schema. Sampling uses Python's `random` module exactly as W&B's engine does, so a seeded
+schema, the CDF and PPF moved to quantiles.py. Sampling uses Python's `random` module exactly as W&B's engine does, so a seeded
 `random` gives the same draws.
 """
 
@@ -18,9 +18,8 @@ from typing import Any
 
 import jsonschema
 import numpy as np
-import scipy.stats as stats
 
-from trainer.sweep.methods import schema
+from trainer.sweep.methods.quantiles import CDF, PPF
 from trainer.sweep.methods.run import SweepRun
 from trainer.sweep.methods.schema import ParamValidationError, fill_parameter
 
@@ -28,30 +27,9 @@ ArrayLike = Any
 logger = logging.getLogger(__name__)
 
 
-def q_log_uniform_v1_ppf(x: ArrayLike, min, max, q):
-    r = np.exp(stats.uniform.ppf(x, min, max - min))
-    ret_val = np.round(r / q) * q
-    if isinstance(q, int):
-        return ret_val.astype(int)
-    else:
-        return ret_val
-
-
-def inv_log_uniform_v1_ppf(x: ArrayLike, min, max):
-    return np.exp(
-        -stats.uniform.ppf(
-            1 - x,
-            min,
-            max - min,
-        )
-    )
-
-
-def loguniform_v1_ppf(x: ArrayLike, min, max):
-    return np.exp(stats.uniform.ppf(x, min, max - min))
-
-
 class HyperParameter:
+    """One sweep parameter: its W&B type, its filled-in spec and its current value."""
+
     CONSTANT = "param_single_value"
     CATEGORICAL = "param_categorical"
     CATEGORICAL_PROB = "param_categorical_w_probabilities"
@@ -76,7 +54,7 @@ class HyperParameter:
     BETA = "param_beta"
     Q_BETA = "param_qbeta"
 
-    def __init__(self, name: str, config: dict):
+    def __init__(self, name: str, config: dict) -> None:
         """A hyperparameter to optimize.
 
         >>> parameter = HyperParameter('int_unif_distributed', {'min': 1, 'max': 10})
@@ -130,188 +108,45 @@ class HyperParameter:
         )
 
     def cdf(self, x: ArrayLike) -> ArrayLike:
-        """Cumulative distribution function (CDF).
-
-        In probability theory and statistics, the cumulative distribution function
-        (CDF) of a real-valued random variable X, is the probability that X will
-        take a value less than or equal to x.
-
-        Args:
-             x: Parameter values to calculate the CDF for. Can be scalar or 1-d.
-        Returns:
-            Probability that a random sample of this hyperparameter will be less
-            than or equal to x.
-        """
-        if self.type == HyperParameter.CONSTANT:
-            return np.zeros_like(x)
-        elif self.type == HyperParameter.CATEGORICAL:
-            # NOTE: Indices expected for categorical parameters, not values.
-            return stats.randint.cdf(x, 0, len(self.config["values"]))
-        elif self.type == HyperParameter.CATEGORICAL_PROB:
-            return np.cumsum(self.config["probabilities"])[x]
-        elif self.type == HyperParameter.INT_UNIFORM:
-            return stats.randint.cdf(x, self.config["min"], self.config["max"] + 1)
-        elif self.type == HyperParameter.UNIFORM or self.type == HyperParameter.Q_UNIFORM:
-            return stats.uniform.cdf(x, self.config["min"], self.config["max"] - self.config["min"])
-        elif (
-            self.type == HyperParameter.LOG_UNIFORM_V1
-            or self.type == HyperParameter.Q_LOG_UNIFORM_V1
-        ):
-            return stats.uniform.cdf(
-                np.log(x), self.config["min"], self.config["max"] - self.config["min"]
-            )
-        elif (
-            self.type == HyperParameter.LOG_UNIFORM_V2
-            or self.type == HyperParameter.Q_LOG_UNIFORM_V2
-        ):
-            return stats.uniform.cdf(
-                np.log(x),
-                np.log(self.config["min"]),
-                np.log(self.config["max"]) - np.log(self.config["min"]),
-            )
-        elif self.type == HyperParameter.INV_LOG_UNIFORM_V1:
-            return 1 - stats.uniform.cdf(
-                np.log(1 / x),
-                self.config["min"],
-                self.config["max"] - self.config["min"],
-            )
-        elif self.type == HyperParameter.INV_LOG_UNIFORM_V2:
-            return 1 - stats.uniform.cdf(
-                np.log(1 / x),
-                -np.log(self.config["max"]),
-                np.abs(np.log(self.config["max"]) - np.log(self.config["min"])),
-            )
-        elif self.type == HyperParameter.NORMAL or self.type == HyperParameter.Q_NORMAL:
-            return stats.norm.cdf(x, loc=self.config["mu"], scale=self.config["sigma"])
-        elif self.type == HyperParameter.LOG_NORMAL or self.type == HyperParameter.Q_LOG_NORMAL:
-            return stats.lognorm.cdf(x, s=self.config["sigma"], scale=np.exp(self.config["mu"]))
-        elif self.type == HyperParameter.BETA or self.type == HyperParameter.Q_BETA:
-            return stats.beta.cdf(x, a=self.config["a"], b=self.config["b"])
-        else:
+        """Probability that a sample of this hyperparameter is at most x (scalar or 1-d)."""
+        if self.type not in CDF:
             raise ValueError("Unsupported hyperparameter distribution type")
+        return CDF[self.type](self.config, x)
 
     def ppf(self, x: ArrayLike) -> Any:
-        """Percentage point function (PPF).
-
-        In probability theory and statistics, the percentage point function is
-        the inverse of the CDF: it returns the value of a random variable at the
-        xth percentile.
-
-        Args:
-             x: Percentiles of the random variable. Can be scalar or 1-d.
-        Returns:
-            Value of the random variable at the specified percentile.
-        """
+        """The value of this hyperparameter at percentile x in [0, 1] (scalar or 1-d)."""
         if np.any((x < 0.0) | (x > 1.0)):
             raise ValueError("Can't call ppf on value outside of [0,1]")
-        elif self.type == HyperParameter.CONSTANT:
-            return self.config["value"]
-        elif self.type == HyperParameter.CATEGORICAL:
-            # Samples uniformly over the values
-            retval = [
-                self.config["values"][i]
-                for i in np.atleast_1d(
-                    stats.randint.ppf(x, 0, len(self.config["values"])).astype(int)
-                ).tolist()
-            ]
-            if np.isscalar(x):
-                return retval[0]
-            return retval
-        elif self.type == HyperParameter.CATEGORICAL_PROB:
-            # Samples by specified categorical distribution if specified
-            cdf = np.cumsum(self.config["probabilities"])
-            if np.isscalar(x):
-                return self.config["values"][np.argmin(x >= cdf, axis=-1)]
-            else:
-                return [self.config["values"][i] for i in [np.argmin(cdf >= p) for p in x]]
-        elif self.type == HyperParameter.INT_UNIFORM:
-            return (
-                stats.randint.ppf(x, self.config["min"], self.config["max"] + 1)
-                .astype(int)
-                .tolist()
-            )
-        elif self.type == HyperParameter.UNIFORM:
-            return stats.uniform.ppf(x, self.config["min"], self.config["max"] - self.config["min"])
-        elif self.type == HyperParameter.Q_UNIFORM:
-            r = stats.uniform.ppf(x, self.config["min"], self.config["max"] - self.config["min"])
-            ret_val = np.round(r / self.config["q"]) * self.config["q"]
-            if isinstance(self.config["q"], int):
-                return ret_val.astype(int)
-            else:
-                return ret_val
-        elif self.type == HyperParameter.LOG_UNIFORM_V1:
-            return loguniform_v1_ppf(x, self.config["min"], self.config["max"])
-        elif self.type == HyperParameter.LOG_UNIFORM_V2:
-            return loguniform_v1_ppf(x, np.log(self.config["min"]), np.log(self.config["max"]))
-        elif self.type == HyperParameter.INV_LOG_UNIFORM_V1:
-            return inv_log_uniform_v1_ppf(x, self.config["min"], self.config["max"])
-        elif self.type == HyperParameter.INV_LOG_UNIFORM_V2:
-            return inv_log_uniform_v1_ppf(
-                x, -np.log(self.config["max"]), -np.log(self.config["min"])
-            )
-        elif self.type == HyperParameter.Q_LOG_UNIFORM_V1:
-            return q_log_uniform_v1_ppf(x, self.config["min"], self.config["max"], self.config["q"])
-        elif self.type == HyperParameter.Q_LOG_UNIFORM_V2:
-            return q_log_uniform_v1_ppf(
-                x,
-                np.log(self.config["min"]),
-                np.log(self.config["max"]),
-                self.config["q"],
-            )
-        elif self.type == HyperParameter.NORMAL:
-            return stats.norm.ppf(x, loc=self.config["mu"], scale=self.config["sigma"])
-        elif self.type == HyperParameter.Q_NORMAL:
-            r = stats.norm.ppf(x, loc=self.config["mu"], scale=self.config["sigma"])
-            ret_val = np.round(r / self.config["q"]) * self.config["q"]
-            if isinstance(self.config["q"], int):
-                return ret_val.astype(int)
-            else:
-                return ret_val
-        elif self.type == HyperParameter.LOG_NORMAL:
-            # https://docs.scipy.org/doc/scipy/reference/generated/scipy.stats.lognorm.html
-            return stats.lognorm.ppf(x, s=self.config["sigma"], scale=np.exp(self.config["mu"]))
-        elif self.type == HyperParameter.Q_LOG_NORMAL:
-            r = stats.lognorm.ppf(x, s=self.config["sigma"], scale=np.exp(self.config["mu"]))
-            ret_val = np.round(r / self.config["q"]) * self.config["q"]
-
-            if isinstance(self.config["q"], int):
-                return ret_val.astype(int)
-            else:
-                return ret_val
-
-        elif self.type == HyperParameter.BETA:
-            return stats.beta.ppf(x, a=self.config["a"], b=self.config["b"])
-        elif self.type == HyperParameter.Q_BETA:
-            r = stats.beta.ppf(x, a=self.config["a"], b=self.config["b"])
-            ret_val = np.round(r / self.config["q"]) * self.config["q"]
-            if isinstance(self.config["q"], int):
-                return ret_val.astype(int)
-            else:
-                return ret_val
-        else:
+        if self.type not in PPF:
             raise ValueError("Unsupported hyperparameter distribution type")
+        return PPF[self.type](self.config, x)
 
     def sample(self) -> Any:
         """Randomly sample a value from the distribution of this HyperParameter."""
         return self.ppf(random.uniform(0.0, 1.0))
 
     def _to_config(self) -> tuple[str, dict]:
+        """The parameter as a run config entry: (name, {"value": value})."""
         config = dict(value=self.value)
         return self.name, config
 
     def _name_and_value(self) -> tuple[str, Any]:
+        """The parameter's name and current value."""
         return self.name, self.value
 
 
 class HyperParameterSet(list):
+    """The sweep's parameters, flattened, with the searchable ones indexed."""
+
     NESTING_DELIMITER: str = ".wbnest[599c28ca25da]."
 
-    def __init__(self, items: list[HyperParameter]):
+    def __init__(self, items: list[HyperParameter]) -> None:
         """A set of HyperParameters.
 
         >>> hp1 = HyperParameter('a', {'values': [1, 2, 3]})
         >>> hp2 = HyperParameter('b', {'distribution': 'normal'})
-        >>> HyperParameterSet([hp1, hp2])
+        >>> len(HyperParameterSet([hp1, hp2]).searchable_params)
+        2
 
         Args:
             items: A list of HyperParameters to construct the set from.
@@ -336,7 +171,7 @@ class HyperParameterSet(list):
         super().__init__(items)
 
     @classmethod
-    def from_config(cls, config: dict):
+    def from_config(cls, config: dict) -> HyperParameterSet:
         """Instantiate a HyperParameterSet based the parameters section of a SweepConfig.
 
         >>> sweep_config = {'method': 'grid', 'parameters': {'a': {'values': [1, 2, 3]}}}
@@ -458,25 +293,3 @@ class HyperParameterSet(list):
             non_nan_indices = ~np.isnan(row)
             normalized_runs[idx, non_nan_indices] = _param.cdf(row[non_nan_indices])
         return np.transpose(normalized_runs)
-
-
-def make_param_log_deprecation_message(param_type: str, replacement_param_type: str) -> str:
-    deprecated = schema.definition(param_type)["properties"]["distribution"]["enum"][0]
-    replacement = schema.definition(replacement_param_type)["properties"]["distribution"]["enum"][0]
-    return (
-        f"uses {deprecated}, where min/max specify base-e exponents. "
-        f"Use {replacement} to specify limit values."
-    )
-
-
-PARAM_DEPRECATION_MAP = {
-    HyperParameter.LOG_UNIFORM_V1: make_param_log_deprecation_message(
-        HyperParameter.LOG_UNIFORM_V1, HyperParameter.LOG_UNIFORM_V2
-    ),
-    HyperParameter.INV_LOG_UNIFORM_V1: make_param_log_deprecation_message(
-        HyperParameter.INV_LOG_UNIFORM_V1, HyperParameter.INV_LOG_UNIFORM_V2
-    ),
-    HyperParameter.Q_LOG_UNIFORM_V1: make_param_log_deprecation_message(
-        HyperParameter.Q_LOG_UNIFORM_V1, HyperParameter.Q_LOG_UNIFORM_V2
-    ),
-}

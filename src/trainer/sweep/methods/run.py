@@ -21,6 +21,8 @@ floating = float | np.floating
 
 
 class RunState(str, Enum):
+    """A run's state, as W&B's engine names it."""
+
     pending = "pending"
     running = "running"
     finished = "finished"
@@ -32,6 +34,7 @@ class RunState(str, Enum):
 
 
 def run_state_is_terminal(state: RunState) -> bool:
+    """Whether a run in this state has ended."""
     return state in [
         RunState.finished,
         RunState.crashed,
@@ -82,6 +85,7 @@ class SweepRun:
         self.state = RunState(self.state).value  # "crashed" or RunState.crashed alike
 
     def metric_history(self, metric_name: str, filter_invalid: bool = False) -> list[floating]:
+        """The metric's logged values in order (finite numbers only when filter_invalid)."""
         return [
             d[metric_name]
             for d in self.history
@@ -89,6 +93,7 @@ class SweepRun:
         ]
 
     def summary_metric(self, metric_name: str) -> floating:
+        """The metric's summary value; ValueError when the run has none."""
         if self.summary_metrics is None:
             raise ValueError("this run has no summary metrics")
         if metric_name not in self.summary_metrics:
@@ -138,6 +143,7 @@ def next_run(
     validate: bool = False,
     **kwargs,
 ) -> SweepRun | None:
+    """The next run of the sweep, or None when the search space is exhausted."""
     return next_runs(sweep_config, runs, validate, 1, **kwargs)[0]
 
 
@@ -206,62 +212,14 @@ def stop_runs(
 ) -> list[SweepRun]:
     """Calculate the runs in a sweep to stop by early termination.
 
-    >>> to_stop = stop_runs({
-    ...    "method": "grid",
-    ...    "metric": {"name": "loss", "goal": "minimize"},
-    ...    "early_terminate": {
-    ...        "type": "hyperband",
-    ...        "max_iter": 5,
-    ...        "eta": 2,
-    ...        "s": 2,
-    ...    },
-    ...    "parameters": {"a": {"values": [1, 2, 3]}},
-    ... }, [
-    ...    SweepRun(
-    ...        name="a",
-    ...        state=RunState.finished,  # This is already stopped
-    ...        history=[
-    ...            {"loss": 10},
-    ...            {"loss": 9},
-    ...        ],
-    ...    ),
-    ...    SweepRun(
-    ...        name="b",
-    ...        state=RunState.running,  # This should be stopped
-    ...        history=[
-    ...            {"loss": 10},
-    ...            {"loss": 10},
-    ...        ],
-    ...    ),
-    ...    SweepRun(
-    ...        name="c",
-    ...        state=RunState.running,  # This passes band 1 but not band 2
-    ...        history=[
-    ...            {"loss": 10},
-    ...            {"loss": 8},
-    ...            {"loss": 8},
-    ...        ],
-    ...    ),
-    ...    SweepRun(
-    ...        name="d",
-    ...        state=RunState.running,
-    ...        history=[
-    ...            {"loss": 10},
-    ...            {"loss": 7},
-    ...            {"loss": 7},
-    ...        ],
-    ...    ),
-    ...    SweepRun(
-    ...        name="e",
-    ...        state=RunState.finished,
-    ...        history=[
-    ...            {"loss": 10},
-    ...            {"loss": 6},
-    ...            {"loss": 6},
-    ...        ],
-    ...    ),
-    ...])
-
+    >>> stop_runs({"method": "grid", "metric": {"name": "loss", "goal": "minimize"},
+    ...            "early_terminate": {"type": "hyperband", "max_iter": 5, "eta": 2, "s": 2},
+    ...            "parameters": {"a": {"values": [1, 2, 3]}}},
+    ...           [SweepRun(name="a", state=RunState.finished, history=[{"loss": 10}, {"loss": 9}]),
+    ...            SweepRun(name="b", state=RunState.running, history=[{"loss": 10}, {"loss": 10}]),
+    ...            SweepRun(name="e", state=RunState.finished, history=[{"loss": 10}, {"loss": 6}])],
+    ... )[0].name
+    'b'
 
     Args:
         sweep_config: The config for the sweep.
@@ -270,11 +228,9 @@ def stop_runs(
            If true, will raise a Validation error if `sweep_config` does not conform to
            the schema. If false, will attempt to run the sweep with an unvalidated schema.
 
-
     Returns:
         A list of the runs to stop.
     """
-
     from trainer.sweep.methods.hyperband_stopping import hyperband_stop_runs
 
     # validate the sweep config

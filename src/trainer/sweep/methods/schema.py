@@ -20,6 +20,8 @@ import jsonschema
 import numpy as np
 from jsonschema import Draft7Validator, validators
 
+from trainer.sweep.methods.scheduler_rules import scheduler_violations
+
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 
 
@@ -35,11 +37,13 @@ format_checker = jsonschema.FormatChecker()
 
 @format_checker.checks("float")
 def _float_checker(value: Any) -> bool:
+    """Whether the value is a float."""
     return isinstance(value, float)
 
 
 @format_checker.checks("integer")
 def _int_checker(value: Any) -> bool:
+    """Whether the value is an int."""
     return isinstance(value, int)
 
 
@@ -47,10 +51,12 @@ validator = Draft7Validator(schema=sweep_config_jsonschema, format_checker=forma
 
 
 def _extend_with_default(validator_class):
+    """A validator class that also fills in the schema's defaults."""
     # https://python-jsonschema.readthedocs.io/en/stable/faq/#why-doesn-t-my-schema-s-default-property-set-the-default-on-my-instance
     validate_properties = validator_class.VALIDATORS["properties"]
 
     def set_defaults(validator, properties, instance, schema):
+        """Validate as usual; when valid, fill in the defaults of absent properties."""
         errored = False
         for error in validate_properties(validator, properties, instance, schema):
             errored = True
@@ -85,6 +91,7 @@ def subschema(node: dict[str, Any]) -> dict[str, Any]:
 
 @cache
 def _parameter_validators() -> tuple[tuple[str, Draft7Validator], ...]:
+    """A validator per parameter type of the schema, in the schema's order."""
     names = [d["$ref"].split("/")[-1] for d in definition("parameter")["anyOf"]]
     return tuple(
         (name, Draft7Validator(subschema(definition(name)), format_checker=format_checker))
@@ -109,6 +116,7 @@ def fill_parameter(parameter_name: str, config: dict) -> tuple[str, dict] | None
 
 
 def validate_min_max(parameter_name: str, parameter_config: dict) -> None:
+    """Raise ValueError when a parameter's numeric min is not below its max."""
     if "min" in parameter_config and "max" in parameter_config:
         min_value, max_value = parameter_config["min"], parameter_config["max"]
         # The schema reports non-numeric bounds (e.g. null); only compare numbers here.
@@ -119,6 +127,7 @@ def validate_min_max(parameter_name: str, parameter_config: dict) -> None:
 
 
 def validate_categorical_prob(parameter_name: str, parameter_config: dict) -> None:
+    """Raise ValueError when probabilities don't match the values or don't sum to 1."""
     if "values" in parameter_config and "probabilities" in parameter_config:
         if len(parameter_config["values"]) != len(parameter_config["probabilities"]):
             raise ValueError(
@@ -133,18 +142,6 @@ def validate_categorical_prob(parameter_name: str, parameter_config: dict) -> No
             )
 
 
-def check_for_deprecated_distributions(parameter_name: str, parameter_config: dict) -> None:
-    """Raise ValueError with W&B's note when the spec uses a base-e-exponent distribution."""
-    from trainer.sweep.methods.params import PARAM_DEPRECATION_MAP, HyperParameter
-
-    try:
-        param = HyperParameter(parameter_name, parameter_config)  # raises if malformed
-    except ParamValidationError:
-        return
-    if param.type in PARAM_DEPRECATION_MAP:
-        raise ValueError(f"{parameter_name} {PARAM_DEPRECATION_MAP[param.type]}")
-
-
 def _drop_unknown_enum(metric: dict, schema: dict, key: str) -> None:
     """A goal/impute outside the schema's enum is replaced by the schema's default."""
     if key in metric and metric[key] not in schema["properties"][key]["enum"]:
@@ -152,6 +149,7 @@ def _drop_unknown_enum(metric: dict, schema: dict, key: str) -> None:
 
 
 def fill_validate_metric(d: dict) -> dict:
+    """A copy of the config with the metric's defaults filled in."""
     d = deepcopy(d)
     if "metric" in d:
         if not isinstance(d["metric"], dict):
@@ -164,6 +162,7 @@ def fill_validate_metric(d: dict) -> dict:
 
 
 def fill_validate_metrics(d: dict) -> dict:
+    """A copy of the config with every metric of `metrics` filled in."""
     d = deepcopy(d)
     if "metrics" in d:
         if not isinstance(d["metrics"], list):
@@ -183,6 +182,7 @@ def fill_validate_metrics(d: dict) -> dict:
 
 
 def fill_validate_early_terminate(d: dict) -> dict:
+    """A copy of the config with early_terminate's defaults filled in."""
     d = deepcopy(d)
     if d["early_terminate"]["type"] == "hyperband":
         filler = DefaultFiller(
@@ -192,11 +192,25 @@ def fill_validate_early_terminate(d: dict) -> dict:
     return d
 
 
-_SUPPORTED_METHODS_BY_ENGINE = {
-    "wandb": ["grid", "bayes", "random"],
-    "optuna": ["custom"],
-    "ax": ["custom"],
-}
+def _parameter_violations(parameters: dict) -> list[str]:
+    """min < max, probabilities and deprecated distributions: values inside the document,
+    not jsonschema's job."""
+    from trainer.sweep.methods.deprecations import check_for_deprecated_distributions
+
+    messages: list[str] = []
+    for parameter_name, parameter_dict in parameters.items():
+        if not isinstance(parameter_dict, dict):
+            raise ValueError(f"Invalid configuration for hyperparameter '{parameter_name}'")
+        for check in (
+            validate_min_max,
+            validate_categorical_prob,
+            check_for_deprecated_distributions,
+        ):
+            try:
+                check(parameter_name, parameter_dict)
+            except (ValueError, jsonschema.ValidationError) as e:
+                messages.append(e.args[0])
+    return messages
 
 
 def schema_violations_from_proposed_config(config: dict) -> list[str]:
@@ -226,45 +240,9 @@ def schema_violations_from_proposed_config(config: dict) -> list[str]:
         )
 
     if scheduler is not None:
-        if "controller" in config and config["controller"]["type"] == "local":
-            messages.append(
-                "`controller: type:local` cannot be used together with `scheduler`: "
-                "use `scheduler` instead of `controller`."
-            )
-        if "early_terminate" in config:
-            messages.append(
-                "`early_terminate` cannot be used together with `scheduler`: "
-                "early termination must be implemented by the custom scheduler "
-                "itself."
-            )
-        if isinstance(scheduler, dict):
-            engine = scheduler.get("engine")
-            if engine not in _SUPPORTED_METHODS_BY_ENGINE:
-                messages.append(
-                    f"scheduler.engine '{engine}' is not supported. "
-                    f"supported engines are: {', '.join(_SUPPORTED_METHODS_BY_ENGINE)}"
-                )
-            elif method not in _SUPPORTED_METHODS_BY_ENGINE[engine]:
-                messages.append(
-                    f"`scheduler.engine: {engine}` does not support `method: {method}`. "
-                    "supported methods are: "
-                    + ", ".join(f"`method: {m}`" for m in _SUPPORTED_METHODS_BY_ENGINE[engine])
-                )
-
-    # min < max and probabilities compare values inside the document: not jsonschema's job.
+        messages += scheduler_violations(config, method, scheduler)
     if "parameters" in config:
-        for parameter_name, parameter_dict in config["parameters"].items():
-            if not isinstance(parameter_dict, dict):
-                raise ValueError(f"Invalid configuration for hyperparameter '{parameter_name}'")
-            for check in (
-                validate_min_max,
-                validate_categorical_prob,
-                check_for_deprecated_distributions,
-            ):
-                try:
-                    check(parameter_name, parameter_dict)
-                except (ValueError, jsonschema.ValidationError) as e:
-                    messages.append(e.args[0])
+        messages += _parameter_violations(config["parameters"])
     return messages
 
 
@@ -294,7 +272,8 @@ def fill_validate_schema(d: dict) -> dict:
 class SweepConfig(dict):
     """A validated sweep configuration with W&B's defaults filled in."""
 
-    def __init__(self, d: dict):
+    def __init__(self, d: dict) -> None:
+        """Validate `d` (unless it already is a SweepConfig) and fill in W&B's defaults."""
         if not isinstance(d, SweepConfig):
             violations = schema_violations_from_proposed_config(d)
             if violations:
