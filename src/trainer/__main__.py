@@ -23,9 +23,10 @@ def main(cfg: DictConfig) -> float | None:
 def cli() -> None:
     """The console entry: a sweep trial's argv gets its exact values, the torchrun ranks agree
     on one run directory (both no-ops otherwise), then Hydra runs."""
+    from trainer.paths import expand_path_argv
     from trainer.sweep.trial_argv import repair_sys_argv
 
-    sys.argv = repair_sys_argv(sys.argv)
+    sys.argv = expand_path_argv(repair_sys_argv(sys.argv))  # `~`, `$HOME` in path keys
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         from trainer.distributed import agree_run_time
 

@@ -114,7 +114,7 @@ def _read(path: Path, key: str) -> Any:
 
 def load(path: str | Path, *, key: str = "trainer.resume") -> dict[str, Any]:
     """Read a checkpoint; a missing or unreadable file is a ConfigError naming `key`."""
-    path = Path(path).expanduser()
+    path = Path(os.path.expandvars(str(path))).expanduser()
     if not path.is_file():
         auto = (
             ", or use trainer.resume=auto inside a run directory" if key == "trainer.resume" else ""

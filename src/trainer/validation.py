@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from trainer.config import ConfigError, TrainConfig
+from trainer.paths import expand
 
 
 def validate_config(cfg: DictConfig) -> TrainConfig:
@@ -62,7 +63,21 @@ def check_schema(cfg: DictConfig) -> TrainConfig:
         key = getattr(err, "full_key", None) or "?"
         raise ConfigError(_omegaconf_message(key, err)) from None
     assert isinstance(result, TrainConfig)
-    return result
+    return expand_paths(result)
+
+
+def expand_paths(conf: TrainConfig) -> TrainConfig:
+    """`~` and `$VAR` expanded in every path key of `conf` (trainer.resume=auto stays)."""
+    p = conf.paths
+    p.output_dir, p.data_dir, p.cache_dir = (
+        expand(p.output_dir),
+        expand(p.data_dir),
+        expand(p.cache_dir),
+    )
+    conf.data.root, conf.compile.cache_dir = expand(conf.data.root), expand(conf.compile.cache_dir)
+    if conf.trainer.resume != "auto":
+        conf.trainer.resume = expand(conf.trainer.resume)
+    return conf
 
 
 def _omegaconf_message(key: str, err: OmegaConfBaseException) -> str:
