@@ -18,6 +18,7 @@ from torch import nn
 
 from trainer.compiling import torch_private
 from trainer.compiling.checks import check_config, check_hardware
+from trainer.compiling.regional import RegionalCompiler
 from trainer.compiling.stats import reset, watch_recompile_limit
 from trainer.config import CompileConfig, ConfigError
 
@@ -168,8 +169,9 @@ def apply_compile(
             "compile.target=blocks: %s has no repeated blocks; compiling the whole model",
             type(model).__name__,
         )
+    regional = RegionalCompiler(kwargs)
     for block in blocks:
-        block.compile(**kwargs)
+        regional.attach(block)  # each distinct block compiled once: no recompiles
     if not blocks:
         model.compile(**kwargs)
     log.info(
