@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainer.compiling.stats import fullgraph_error
+
 
 def _call(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
     return module._call_impl(*args, **kwargs)
@@ -44,7 +46,12 @@ class _BlockCall:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         layout = (_layout(args), tuple((k, _layout(v)) for k, v in kwargs.items()))
         entry = self.compiler.entry((self.kind, self.block.training, layout))
-        return entry(self.block, *args, **kwargs)
+        try:
+            return entry(self.block, *args, **kwargs)
+        except Exception as err:
+            if self.compiler.kwargs.get("fullgraph"):
+                fullgraph_error(err, f"block {type(self.block).__name__}")
+            raise
 
     def __deepcopy__(self, memo: dict[int, Any]) -> _BlockCall:
         copied = _BlockCall.__new__(_BlockCall)
