@@ -62,3 +62,28 @@ def test_readme_tilde_example_is_accepted_as_typed(tmp_path):
 def test_options_with_a_backend_that_ignores_them_are_refused():
     with pytest.raises(ConfigError, match="compile.backend=aot_eager ignores"):
         validate(make_cfg("compile.backend=aot_eager", "compile.options={epilogue_fusion: true}"))
+
+
+def test_fp16_on_the_cpu_is_warned_with_the_fix(caplog):
+    with caplog.at_level("WARNING", logger="trainer.validation"):
+        validate(make_cfg("trainer.device=cpu", "trainer.precision=16-mixed"))
+    assert "trainer.precision=32" in caplog.text and "slower" in caplog.text
+
+
+def test_a_rejected_run_leaves_no_run_directory(tmp_path):
+    proc = run_cli("logger=none", "trainer.max_epochs=0", cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2 and "trainer.max_epochs" in proc.stderr
+    runs = tmp_path / "outputs" / "runs"
+    assert not runs.exists() or not any(runs.rglob("*")), list(runs.rglob("*"))
+
+
+def test_help_names_the_app_and_the_log_is_train_log(tmp_path):
+    proc = run_cli("--help", cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0
+    assert "powered by Hydra" not in proc.stdout and "python -m trainer" in proc.stdout
+    assert "compile.target=blocks" in proc.stdout and "data.root=~/data" in proc.stdout
+    run = run_cli("logger=none", "compile=off", "data=fake", "data.num_samples=16",
+                  "data.batch_size=8", "trainer.max_epochs=1", cwd=tmp_path, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert list((tmp_path / "outputs" / "runs").rglob("train.log"))
+    assert not list((tmp_path / "outputs" / "runs").rglob("__main__.log"))
