@@ -154,3 +154,11 @@ def test_runs_from_any_working_directory(tmp_path):
     assert proc.returncode == 0
     assert "small_cnn" in proc.stdout
     assert Path(ROOT / "conf" / "train.yaml").is_file()
+
+
+def test_options_with_a_backend_that_ignores_them_exit_2(tmp_path):
+    proc = run_cli("logger=none", "compile.backend=aot_eager",
+                   "compile.options={epilogue_fusion: true}", cwd=tmp_path, timeout=120)  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr + proc.stdout
+    error = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and "compile.backend=aot_eager ignores them" in error[0]

@@ -112,9 +112,23 @@ def _read(path: Path, key: str) -> Any:
     return torch.load(path, map_location="cpu", weights_only=False)
 
 
+def _what_is_wrong(path: Path) -> str:
+    """What is wrong with a checkpoint torch.load could not read, in a user's words."""
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        head = f.read(4)
+    if size == 0:
+        return "the file is empty (a write that never finished)"
+    if head == b"PK\x03\x04":  # torch.save's zip format: the archive is cut short or damaged
+        return f"the file ({size:,} bytes) is a truncated or damaged torch.save archive"
+    if head[:1] == b"\x80":  # a pickle: torch.save's legacy format, cut short or damaged
+        return f"the file ({size:,} bytes) is a damaged or incomplete legacy torch.save file"
+    return f"the file ({size:,} bytes) was not written by torch.save (not a checkpoint)"
+
+
 def load(path: str | Path, *, key: str = "trainer.resume") -> dict[str, Any]:
     """Read a checkpoint; a missing or unreadable file is a ConfigError naming `key`."""
-    path = Path(path).expanduser()
+    path = Path(os.path.expandvars(str(path))).expanduser()
     if not path.is_file():
         auto = (
             ", or use trainer.resume=auto inside a run directory" if key == "trainer.resume" else ""
@@ -127,11 +141,10 @@ def load(path: str | Path, *, key: str = "trainer.resume") -> dict[str, Any]:
         ckpt = _read(path, key)
     except ConfigError:
         raise
-    except Exception as err:  # torch raises many types for truncated or foreign files
+    except Exception:  # torch raises many types for truncated or foreign files
         raise ConfigError(
-            f"{key}={path} is not a readable checkpoint ({type(err).__name__}: "
-            f"{str(err).splitlines()[0] if str(err) else 'no detail'}); the file is corrupt or "
-            "incomplete. Use another checkpoint (best.pt or an older copy)."
+            f"{key}={path} is not a readable checkpoint: {_what_is_wrong(path)}. Use "
+            "another checkpoint (best.pt, last.pt or an older copy)."
         ) from None
     if (
         isinstance(ckpt, dict)

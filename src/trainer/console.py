@@ -89,8 +89,59 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def compile_label(comp: dict[str, Any]) -> str:
+    """`off`, `inductor, mode max-autotune` or, for a backend without modes, its name."""
+    if not comp["enabled"]:
+        return "off"
+    if comp.get("backend") == "inductor" and comp.get("mode"):
+        return f"{comp['backend']}, mode {comp['mode']}"
+    return str(comp.get("backend"))
+
+
+def _compile_rows(table: Table, summary: RunSummary) -> None:
+    perf, comp = summary.perf, summary.compile
+    table.add_row("compile", compile_label(comp))
+    if comp.get("auto"):
+        auto = comp["auto"]
+        table.add_row(
+            "compile=auto",
+            f"{auto['decision']}: eager {_fmt(auto['eager_total_s'])} s vs compiled "
+            f"{_fmt(auto['compiled_total_s'])} s ({_fmt(auto['compile_cost_s'])} s compile, "
+            f"{auto['cache_state']} cache) for {auto['planned_steps']} steps",
+        )
+    if not comp["enabled"]:
+        return
+    table.add_row(
+        "compile time",
+        f"{_fmt(perf['compile_s'])} s (Dynamo counted {_fmt(comp['dynamo_compile_s'])} s)",
+    )
+    table.add_row("graphs / breaks", f"{comp['graphs']} / {comp['graph_breaks']}")
+    for reason, count in list(comp["graph_break_reasons"].items())[:3]:
+        table.add_row("  break", f"{count}x {reason}")
+    table.add_row("recompiles", str(comp["recompiles"]))
+    for reason in comp["recompile_reasons"][-3:]:
+        table.add_row("  recompile", reason)
+    hits = {k: v for k, v in comp.items() if "cache_hit" in k or "cache_miss" in k}
+    table.add_row("cache hit / miss", ", ".join(f"{k} {v}" for k, v in hits.items()))
+    if comp["cudagraph_skips"]:
+        reasons = "; ".join(comp.get("cudagraph_skip_reasons") or [])
+        table.add_row(
+            "CUDA-graph skips", f"{comp['cudagraph_skips']}" + (f": {reasons}" if reasons else "")
+        )
+
+
+def print_paths(rows: list[tuple[str, Any]]) -> None:
+    """Paths on lines of their own, never folded: a terminal may wrap them, but a copy of the
+    line is the whole path."""
+    width = max(len(name) for name, _ in rows)
+    console = Console(soft_wrap=True, highlight=False)
+    for name, value in rows:
+        console.print(f"[bold]{name:<{width}}[/bold]  {value}")
+
+
 def print_summary(summary: RunSummary) -> None:
-    """The end-of-run table: final metrics, best metric, compile cost, throughput, locations."""
+    """The end-of-run table: final metrics, best metric, compile cost, throughput; then the
+    locations, one a line."""
     table = Table(title=f"run {summary.status}", show_header=False, title_justify="left")
     table.add_column("what", style="bold")
     table.add_column("value", overflow="fold")
@@ -100,42 +151,17 @@ def print_summary(summary: RunSummary) -> None:
     best = summary.best
     if best["value"] is not None:
         table.add_row(f"best {best['name']}", f"{_fmt(best['value'])} (epoch {best['epoch']})")
+    _compile_rows(table, summary)
     perf = summary.perf
-    comp = summary.compile
-    compiled = "off" if not comp["enabled"] else f"{comp['backend']}, mode {comp['mode']}"
-    table.add_row("compile", compiled)
-    if comp.get("auto"):
-        auto = comp["auto"]
-        table.add_row(
-            "compile=auto",
-            f"{auto['decision']}: eager {_fmt(auto['eager_total_s'])} s vs compiled "
-            f"{_fmt(auto['compiled_total_s'])} s ({_fmt(auto['compile_cost_s'])} s compile, "
-            f"{auto['cache_state']} cache) for {auto['planned_steps']} steps",
-        )
-    if comp["enabled"]:
-        table.add_row(
-            "compile time",
-            f"{_fmt(perf['compile_s'])} s (Dynamo counted {_fmt(comp['dynamo_compile_s'])} s)",
-        )
-        table.add_row("graphs / breaks", f"{comp['graphs']} / {comp['graph_breaks']}")
-        for reason, count in list(comp["graph_break_reasons"].items())[:3]:
-            table.add_row("  break", f"{count}x {reason}")
-        table.add_row("recompiles", str(comp["recompiles"]))
-        for reason in comp["recompile_reasons"][-3:]:
-            table.add_row("  recompile", reason)
-        hits = {k: v for k, v in comp.items() if "cache_hit" in k or "cache_miss" in k}
-        table.add_row("cache hit / miss", ", ".join(f"{k} {v}" for k, v in hits.items()))
-        if comp["cudagraph_skips"]:
-            table.add_row("CUDA-graph skips", "; ".join(comp["cudagraph_skip_reasons"]))
     table.add_row("steady samples/s", _fmt(perf["samples_per_s"]))
     table.add_row("steady step", f"{_fmt(perf['step_ms'])} ms")
     table.add_row("device / precision", f"{summary.device} / {summary.precision}")
-    paths = summary.paths
-    table.add_row("checkpoint", str(paths["checkpoint"]))
-    table.add_row("summary", str(paths["summary"]))
-    if paths.get("wandb_run_dir"):
-        table.add_row("W&B run", str(paths["wandb_run_dir"]))
     Console(soft_wrap=True).print(table)
+    paths = summary.paths
+    rows = [("checkpoint", paths["checkpoint"]), ("summary", paths["summary"])]
+    if paths.get("wandb_run_dir"):
+        rows.append(("W&B run", paths["wandb_run_dir"]))
+    print_paths(rows)
 
 
 def print_evaluation(report: dict[str, Any]) -> None:
@@ -144,10 +170,9 @@ def print_evaluation(report: dict[str, Any]) -> None:
     table.add_column("what", style="bold")
     table.add_column("value", overflow="fold")
     comp = report["compile"]
-    compiled = "off" if not comp["enabled"] else f"{comp['backend']}, mode {comp['mode']}"
+    compiled = compile_label(comp)
     lat = report["latency_ms"]
     rows = [
-        ("checkpoint", report["checkpoint"]),
         ("model / data", f"{report['model']} / {report['data']}"),
         ("device / precision", f"{report['device']} / {report['precision']}"),
         ("compile", compiled),
@@ -158,8 +183,8 @@ def print_evaluation(report: dict[str, Any]) -> None:
         ("val/acc", _fmt(report["val/acc"])),
         ("val/loss", _fmt(report["val/loss"])),
         ("graphs", comp.get("graphs", 0)),
-        ("report", report["paths"]["report"]),
     ]
     for name, value in rows:
         table.add_row(name, str(value))
     Console(soft_wrap=True).print(table)
+    print_paths([("checkpoint", report["checkpoint"]), ("report", report["paths"]["report"])])

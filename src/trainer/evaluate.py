@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -184,4 +185,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    from trainer.paths import expand_path_argv
+
+    sys.argv = expand_path_argv(sys.argv)  # `~`, `$HOME` in checkpoint= and the path keys
     main()

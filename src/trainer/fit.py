@@ -208,7 +208,7 @@ def summarise(job: Job, status: str) -> RunSummary:
         metrics=last,
         best={"name": t.monitor, "value": p.best, "epoch": p.best_epoch, "mode": t.monitor_mode},
         perf={
-            "compile_s": last.get("perf/compile_s", 0.0),
+            "compile_s": last.get("perf/compile_s", 0.0) if job.compiled else None,
             "samples_per_s": last.get("perf/samples_per_s", 0.0),
             "step_ms": last.get("perf/step_ms", 0.0),
             **job.timing.as_dict(),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import inspect
 import logging
 import os
 import sys
@@ -18,7 +19,8 @@ from torch import nn
 
 from trainer.compiling import torch_private
 from trainer.compiling.checks import check_config, check_hardware
-from trainer.compiling.stats import reset, watch_recompile_limit
+from trainer.compiling.regional import RegionalCompiler
+from trainer.compiling.stats import fullgraph_error, reset, watch_recompile_limit
 from trainer.config import CompileConfig, ConfigError
 
 log = logging.getLogger(__name__)
@@ -168,8 +170,9 @@ def apply_compile(
             "compile.target=blocks: %s has no repeated blocks; compiling the whole model",
             type(model).__name__,
         )
+    regional = RegionalCompiler(kwargs)
     for block in blocks:
-        block.compile(**kwargs)
+        regional.attach(block)  # each distinct block compiled once: no recompiles
     if not blocks:
         model.compile(**kwargs)
     log.info(
@@ -181,32 +184,70 @@ def apply_compile(
     return model
 
 
-class _EagerFirstStep:
-    """optimizer.step that runs the first call eagerly (it creates the state: momentum,
-    moments; compiling it would guard on the empty state and recompile on the second step),
-    then the compiled step."""
+class _CompiledStep:
+    """optimizer.step with the update itself compiled. The first call runs eagerly (it creates
+    the state: momentum, moments; compiling it would guard on the empty state and recompile on
+    the second step), then compiles the update on that state and undoes it, so the compile
+    falls in the first step, where perf.compile_s counts it. torch's step wrapper (a profiler
+    range and a deliberate graph break around no_grad) stays outside the graph: the compiled
+    update is the undecorated step, called under no_grad; step hooks still run, eagerly."""
 
-    def __init__(self, eager: Any, compiled: Any) -> None:
-        self.eager, self.compiled, self.calls = eager, compiled, 0
-        if hasattr(eager, "_wrapped_by_lr_sched"):  # keep the scheduler's order check quiet
-            self._wrapped_by_lr_sched = True
+    def __init__(self, optimizer: torch.optim.Optimizer, kwargs: dict[str, Any]) -> None:
+        self.optimizer, self.eager, self.calls = optimizer, optimizer.step, 0
+        update = inspect.unwrap(type(optimizer).step)
+        self.compiled = torch.compile(lambda: update(optimizer), **kwargs)
+        self.fullgraph = bool(kwargs.get("fullgraph"))
+        self._wrapped_by_lr_sched = True  # the scheduler's order check: steps are real steps
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, closure: Any = None) -> Any:
         self.calls += 1
-        return (self.eager if self.calls == 1 else self.compiled)(*args, **kwargs)
+        if closure is not None:
+            return self.eager(closure)
+        if self.calls == 1:
+            out = self.eager()
+            self._compile_now()
+            return out
+        opt = self.optimizer
+        for hook in opt._optimizer_step_pre_hooks.values():
+            hook(opt, (opt,), {})
+        out = self._update()
+        opt._opt_called = True  # what the scheduler's step tracking records
+        for hook in opt._optimizer_step_post_hooks.values():
+            hook(opt, (opt,), {})
+        return out
+
+    def _update(self) -> Any:
+        try:
+            with torch.no_grad():
+                return self.compiled()
+        except Exception as err:
+            if self.fullgraph:
+                fullgraph_error(err, f"{type(self.optimizer).__name__}.step")
+            raise
+
+    def _compile_now(self) -> None:
+        """Run the compiled update once on a snapshot of parameters and state, then restore
+        them in place (same tensors: the compiled code's guards still hold)."""
+        opt = self.optimizer
+        tensors = [p for group in opt.param_groups for p in group["params"]]
+        tensors += [v for state in opt.state.values() for v in state.values() if torch.is_tensor(v)]
+        tensors += [g["lr"] for g in opt.param_groups if torch.is_tensor(g["lr"])]
+        saved = [t.detach().clone() for t in tensors]
+        self._update()
+        with torch.no_grad():
+            for tensor, value in zip(tensors, saved, strict=True):
+                tensor.copy_(value)
 
 
 def maybe_compile_optimizer(optimizer: torch.optim.Optimizer, cfg: CompileConfig) -> bool:
     """With compile.optimizer, make learning rates tensors (a scheduler then changes values,
-    not guards: no recompilation) and compile `optimizer.step` in place."""
+    not guards: no recompilation) and compile the optimizer's update in place."""
     if cfg.disable or not cfg.optimizer:
         return False
     for group in optimizer.param_groups:
         if not isinstance(group["lr"], torch.Tensor):
             group["lr"] = torch.tensor(float(group["lr"]))
-    kwargs = {k: v for k, v in compile_kwargs(cfg).items() if k != "fullgraph"}
-    eager_step = optimizer.step
-    optimizer.step = _EagerFirstStep(eager_step, torch.compile(eager_step, **kwargs))  # type: ignore[method-assign]
+    optimizer.step = _CompiledStep(optimizer, compile_kwargs(cfg))  # type: ignore[method-assign]
     return True
 
 

@@ -81,6 +81,12 @@ def check_config(cfg: CompileConfig) -> None:
         )
     if cfg.backend == "inductor":
         check_options(cfg.options)
+    elif cfg.options:
+        raise ConfigError(
+            f"compile.options are Inductor options, but compile.backend={cfg.backend} ignores "
+            f"them (given: {', '.join(map(str, cfg.options))}); drop compile.options, or use "
+            "compile.backend=inductor for them to take effect."
+        )
 
 
 def has_cxx_compiler() -> bool:

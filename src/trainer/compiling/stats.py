@@ -56,6 +56,17 @@ def raise_if_limit_error(err: BaseException) -> None:
         ) from err
 
 
+def fullgraph_error(err: BaseException, what: str) -> None:
+    """Under compile.fullgraph a graph break is an error, whatever compiled it: say so."""
+    if torch_private.is_graph_break_error(err):
+        reason = str(err).strip().splitlines()[0][:300]
+        raise CompileError(
+            f"compile.fullgraph=true but {what} has a graph break: {reason}. Set "
+            "compile.fullgraph=false (Dynamo then splits the graph), or change that code so "
+            "Dynamo can trace it."
+        ) from None
+
+
 def reset() -> None:
     """Forget compiled code and counters (each job of a multirun starts clean)."""
     torch.compiler.reset()

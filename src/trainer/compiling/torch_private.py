@@ -22,6 +22,7 @@ PRIVATE_NAMES = (
     ("torch._dynamo.utils", "get_compilation_metrics"),
     ("torch._dynamo.utils", "clear_compilation_metrics"),
     ("torch._dynamo.exc", "FailOnRecompileLimitHit"),
+    ("torch._dynamo.exc", "Unsupported"),
     ("torch._dynamo.eval_frame", "OptimizedModule"),
     ("torch._inductor.utils", "fresh_cache"),
     ("torch._inductor.utils", "clear_caches"),
@@ -102,3 +103,10 @@ def clear_inductor_memory_caches() -> None:
     from torch._inductor.utils import clear_caches
 
     clear_caches()
+
+
+def is_graph_break_error(err: BaseException) -> bool:
+    """Whether `err` is Dynamo refusing a graph break (fullgraph=True)."""
+    from torch._dynamo.exc import Unsupported
+
+    return isinstance(err, Unsupported) or isinstance(err.__cause__, Unsupported)
