@@ -13,7 +13,7 @@ from pathlib import Path
 from trainer import cpu_share
 from trainer.errors import TrainerError
 from trainer.layout import SweepLayout
-from trainer.sweep import report
+from trainer.sweep import engine, report
 from trainer.sweep.directory import (
     create,
     find,
@@ -122,7 +122,8 @@ def run_sweep(
         codes = [p.wait() for p in procs]
     gave_up = any(code != 0 for code in codes)
     running = [r for r in store.runs() if r.state == "running"]
-    store.set("state", "failed" if gave_up else ("running" if running else "finished"))
+    state = "failed" if gave_up else ("running" if running else "finished")
+    store.set("state", engine.sweep_state(state, store.config, store.runs()).split(" ")[0])
     res = report.write(store, sweep_id, layout)
     res["agent_exit_codes"] = codes
     report.print_leaderboard(res)
