@@ -1,8 +1,9 @@
 """Bayes search quality, ours (trainer.sweep.methods) vs W&B's `sweeps` 0.3.0: on known
 functions, with several seeds, how many runs each needs to reach the optimum region; random
-search as the baseline. Results merge into benchmarks/results/bayes_parity.json (one entry per
+search as the baseline. Results merge into <out>/bayes_parity.json (one entry per
 engine and numpy version, so runs on numpy 2 and numpy 1.26 sit side by side) and the table
-benchmarks/results/bayes_parity.md.
+<out>/bayes_parity.md; <out> is outputs/benchmarks/ unless `--out DIR`, or `--publish` for
+benchmarks/results/.
 
     python -m benchmarks.bayes_parity                      # ours, and sweeps' when installed
     python -m benchmarks.bayes_parity --engines ours --seeds 5 --budget 30
@@ -25,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from benchmarks import destination
 
 
 @dataclass(frozen=True)
@@ -190,7 +191,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
     parser.add_argument("--engines", default="auto", help="ours,sweeps (auto: sweeps if installed)")
     parser.add_argument("--seeds", type=int, default=5, help="seeds per problem and engine")
     parser.add_argument("--budget", type=int, default=30, help="runs per sweep at most")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="folder of the result files")
+    destination.add_arguments(parser)
     args = parser.parse_args(argv)
     engines = args.engines.split(",")
     if args.engines == "auto":
@@ -199,12 +200,12 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
             engines = ["ours", "sweeps"]
         except ImportError:
             engines = ["ours"]
-    args.out.mkdir(parents=True, exist_ok=True)
-    store = args.out / "bayes_parity.json"
+    out = destination.folder(args)
+    store = out / "bayes_parity.json"
     results = json.loads(store.read_text()) if store.exists() else {}
     results.update(measure(engines, args.seeds, args.budget))
     store.write_text(json.dumps(results, indent=1) + "\n")
-    print(f"wrote {write(results, args.out)}")
+    print(f"wrote {write(results, out)}")
     return results
 
 

@@ -5,7 +5,8 @@ alternating in one process. Target: trainer / bare >= 0.97.
     python -m benchmarks.overhead                       # CPU, small_cnn, compile default
     python -m benchmarks.overhead --device cuda --model resnet18
 
-Writes `overhead_<device>.md` under benchmarks/results/.
+Writes `overhead_<device>.md` under outputs/benchmarks/ (`--out DIR` elsewhere, `--publish`
+replaces the published figure in benchmarks/results/).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 
+from benchmarks import destination
 from trainer.config import TrainConfig, validate
 from trainer.data import build_data
 from trainer.layout import conf_dir
@@ -29,7 +31,6 @@ from trainer.models import build_model, input_spec
 from trainer.run import run
 
 TARGET = 0.97
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -42,7 +43,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--compile", default="default", help="compile group: default | off | ...")
     p.add_argument("--backend", default="inductor", help="torch.compile backend")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
-    p.add_argument("--out", type=Path, default=RESULTS, help="folder of the result file")
+    destination.add_arguments(p)
     return p.parse_args(argv)
 
 
@@ -152,8 +153,7 @@ def main(argv: list[str] | None = None) -> float:
             "",
         ]
     )
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"overhead_{device.type}.md"
+    path = destination.folder(args) / f"overhead_{device.type}.md"
     path.write_text(text)
     print(text)
     print(f"ratio trainer / bare = {ratio:.3f} (target >= {TARGET}); wrote {path}")

@@ -1,7 +1,8 @@
 """Local sweep overhead: per trial, the time from the agent handing out the run to the trainer's
 training loop starting (process start, imports, Hydra, data, model; compile excluded, since it
 is paid in the first step), and compile time of the first trial vs later ones sharing the
-persistent compile cache. Prints a table; writes benchmarks/results/sweep_overhead.md.
+persistent compile cache. Prints a table; writes sweep_overhead.md under outputs/benchmarks/ (`--out DIR`
+elsewhere, `--publish` to benchmarks/results/).
 
     python -m benchmarks.sweep_overhead [--trials 3] [--compile default]
 """
@@ -17,18 +18,18 @@ from pathlib import Path
 
 import torch
 
+from benchmarks import destination
 from trainer.sweep.backend_local import run_sweep
 from trainer.sweep.store import SweepStore
 
-RESULTS = Path(__file__).resolve().parent / "results" / "sweep_overhead.md"
 
-
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--trials", type=int, default=3, help="trials of the same architecture")
     parser.add_argument("--compile", default="default", help="compile group of every trial")
     parser.add_argument("--model", default="small_cnn")
-    args = parser.parse_args()
+    destination.add_arguments(parser)
+    args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory() as tmp:
         # A fresh cache: the first trial compiles cold, the later ones find its artifacts.
@@ -90,8 +91,9 @@ def main() -> None:
     ]
     text = "\n".join(lines) + "\n"
     print(text)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(text)
+    path = destination.folder(args) / "sweep_overhead.md"
+    path.write_text(text)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

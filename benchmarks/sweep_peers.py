@@ -2,7 +2,7 @@
 (`hydra/sweeper=wandb`, one agent and one agent per core), alternating, whole-command wall
 time and best metric, eager and compiled. Needs the `[bench]` extra (hydra-optuna-sweeper).
 
-    python -m benchmarks.sweep_peers                     # the full run: writes results/
+    python -m benchmarks.sweep_peers --publish           # the full run: writes results/
     python -m benchmarks.sweep_peers --trials 2 --epochs 1 --rounds 1 --compile off   # a check
 """
 
@@ -21,9 +21,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from benchmarks import destination
 from trainer import cpu_share
 
-RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = Path(__file__).resolve().parents[1]
 FULL = {"trials": 8, "epochs": 3, "rounds": 2}  # the search of the issue; fewer is a check
 SEARCH = "optimizer.lr=tag(log, interval(0.001, 0.5))"
@@ -157,12 +157,7 @@ def main(argv: list[str] | None = None) -> list[Variant]:
         default=["optuna", "ours"],
         help="optuna,ours (ours alone needs no [bench] extra)",
     )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="folder for sweep_peers.md/.json (default: benchmarks/results/, full runs only)",
-    )
+    destination.add_arguments(parser)
     args = parser.parse_args(argv)
     if (
         "optuna" in args.sweepers
@@ -176,6 +171,12 @@ def main(argv: list[str] | None = None) -> list[Variant]:
         "optuna",
         "ours",
     ]
+    if args.publish and not full:
+        raise SystemExit(
+            "error: --publish replaces benchmarks/results/sweep_peers.* and needs the full run "
+            f"({', '.join(f'--{k} >= {v}' for k, v in FULL.items())}, both sweepers); "
+            "drop --publish (a reduced run writes to outputs/benchmarks/) or pass --out DIR"
+        )
     variants = []
     for mode in args.compile:
         if "optuna" in args.sweepers:
@@ -197,16 +198,12 @@ def main(argv: list[str] | None = None) -> list[Variant]:
                 )
     text = report(variants, args, cores)
     print(text)
-    out = args.out or (RESULTS if full else None)
-    if out is None:
-        print("(a reduced run: nothing written; --out DIR writes it there)")
-        return variants
-    out.mkdir(parents=True, exist_ok=True)
+    out = destination.folder(args)
     (out / "sweep_peers.md").write_text(text)
     (out / "sweep_peers.json").write_text(
         json.dumps(
             {
-                "args": {k: v for k, v in vars(args).items() if k != "out"},
+                "args": {k: v for k, v in vars(args).items() if k not in ("out", "publish")},
                 "cores": cores,
                 "variants": [asdict(v) for v in variants],
             },

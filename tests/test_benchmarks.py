@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
-from benchmarks import compile_modes, overhead
+import pytest
+
+from benchmarks import compile_modes, destination, overhead
 
 
 def test_compile_modes_writes_table_json_and_chart(tmp_path):
@@ -29,3 +31,26 @@ def test_overhead_writes_ratio(tmp_path):
     assert ratio > 0
     text = (tmp_path / "overhead_cpu.md").read_text()
     assert f"**{ratio:.3f}**" in text and "| bare PyTorch loop |" in text
+
+
+def test_a_trial_run_never_replaces_the_published_figures(tmp_path, monkeypatch, capsys):
+    published = destination.PUBLISHED / "overhead_cpu.md"
+    before = published.read_bytes()
+    monkeypatch.chdir(tmp_path)
+    args = ["--steps", "2", "--batch", "8", "--rounds", "1", "--backend", "aot_eager"]
+    overhead.main([*args, "--compile", "off"])
+    assert published.read_bytes() == before
+    written = tmp_path / "outputs" / "benchmarks" / "overhead_cpu.md"
+    assert "| bare PyTorch loop |" in written.read_text()
+    out = capsys.readouterr().out
+    assert (
+        "results go to outputs/benchmarks/" in out
+        and f"wrote {written.relative_to(tmp_path)}" in out
+    )
+
+
+def test_publish_and_out_exclude_each_other(capsys):
+    with pytest.raises(SystemExit) as exc:
+        overhead.parse(["--publish", "--out", "x"])
+    assert exc.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+    assert overhead.parse(["--publish"]).publish is True

@@ -66,3 +66,28 @@ def test_corrupt_checkpoint_exits_2(tmp_path):
     )
     assert proc.returncode == 2, proc.stderr
     assert f"checkpoint={bad} is not a readable checkpoint" in proc.stderr
+
+
+def test_help_lists_only_the_groups_that_compose_here():
+    out = subprocess.run(
+        [sys.executable, "-m", "trainer.evaluate", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout
+    groups_text = out.split("== Configuration groups")[1].split("== Config")[0]
+    listed = {}
+    for line in groups_text.splitlines()[1:]:
+        if ":" in line:
+            group, options = line.split(":", 1)
+            listed[group] = [o.strip() for o in options.split("(")[0].split(",")]
+    assert set(listed) == {"compile", "data", "paths"}
+    for group, options in listed.items():
+        assert options == sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+        for option in options:
+            assert eval_cfg("checkpoint=x", f"{group}={option}")[group] is not None
+    for group in ("model", "optimizer", "scheduler", "trainer", "logger", "sweep"):
+        with pytest.raises(Exception, match="Could not override"):
+            eval_cfg("checkpoint=x", f"{group}={next((CONF / group).glob('*.yaml')).stem}")
+    assert "powered by Hydra" not in out.splitlines()[0]

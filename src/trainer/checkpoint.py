@@ -219,5 +219,8 @@ class TrainState:
         if "rng" in state:
             set_rng_state(state["rng"])
         log.info(
-            "resumed from %s at epoch %d, step %d", path, self.progress.epoch, self.progress.step
+            "resumed from %s in epoch %d, step %d",
+            path,
+            self.progress.epoch + 1,
+            self.progress.step,
         )

@@ -191,7 +191,8 @@ def stop_after_save(job: Job, signum: int) -> None:
     job.tracker.finish(exit_code=128 + signum)
     raise Interrupted(
         signum,
-        f"{signal.Signals(signum).name} received: stopped at epoch {p.epoch + 1}, step {p.step}; "
+        f"{signal.Signals(signum).name} received: stopped in epoch {p.epoch + 1} "
+        f"({p.epoch} of {job.trainer.max_epochs} done), step {p.step}; "
         f"saved {summary.paths['checkpoint']}. Resume with the same command plus "
         f"hydra.run.dir={job.layout.root} trainer.resume=auto",
     )

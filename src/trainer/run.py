@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import logging
 import random
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from trainer import compiling, devices, distributed, threads
 from trainer.checkpoint import TrainState
 from trainer.compiling.auto import StepRecipe, maybe_decide, planned_steps
-from trainer.config import ConfigError, TrainConfig, flatten, validate
+from trainer.config import ConfigError, TrainConfig, TrainerConfig, flatten, validate
 from trainer.console import print_summary
 from trainer.data import DataBundle, build_data
 from trainer.fit import Interrupted, Job, fit, summarise
@@ -24,6 +25,7 @@ from trainer.layout import RunLayout
 from trainer.loop import Progress
 from trainer.models import build_model, input_spec
 from trainer.optim import build_optimizer, build_scheduler
+from trainer.summary import RunSummary
 from trainer.tracking import Tracker, start_tracker
 
 __all__ = ["Interrupted", "resolve_run_dir", "run"]
@@ -47,9 +49,9 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
 
     data = build_run_data(conf, device, ctx)
     state = build_state(conf, data, device)
-    resume_from = resume_path(t.resume, layout)
-    if resume_from is not None:
-        state.restore(resume_from, is_main=ctx.is_main)
+    resumed = restore(state, t, layout, is_main=ctx.is_main)  # None: a fresh start
+    if resumed is not None and resumed.done:
+        return resumed.already_done(state.progress)
 
     recipe = StepRecipe(device, precision=t.precision, dtype=dtype, grad_clip=t.grad_clip)
     planned = planned_steps(t, per_epoch=len(data.train), done=state.progress.step)
@@ -63,7 +65,7 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
     )
     train_model = distributed.wrap(state.model, ctx)  # compiled in place, then wrapped
 
-    tracker = open_tracker(conf, state.config, cfg, layout, ctx.is_main)
+    tracker = open_tracker(conf, state.config, cfg, layout, ctx.is_main, resumed)
     job = Job(
         state=state,
         train_model=train_model,
@@ -138,13 +140,23 @@ def resolved_config(conf: TrainConfig) -> dict[str, Any]:
 
 
 def open_tracker(
-    conf: TrainConfig, resolved: dict[str, Any], cfg: DictConfig, layout: RunLayout, is_main: bool
+    conf: TrainConfig,
+    resolved: dict[str, Any],
+    cfg: DictConfig,
+    layout: RunLayout,
+    is_main: bool,
+    resumed: Resumed | None = None,
 ) -> Tracker:
-    """Rank 0's W&B run (after checking a sweep agent's parameters); nothing on other ranks."""
+    """Rank 0's W&B run (after checking a sweep agent's parameters); nothing on other ranks. A
+    resumed run continues the interrupted run's W&B run."""
     if not is_main:
         return Tracker(None)
     return start_tracker(
-        conf.logger, run_dir=layout.root, flat_config=flatten(resolved), choices=_choices(cfg)
+        conf.logger,
+        run_dir=layout.root,
+        flat_config=flatten(resolved),
+        choices=_choices(cfg),
+        resume_id=None if resumed is None else resumed.wandb_id,
     )
 
 
@@ -182,3 +194,57 @@ def resume_path(resume: str | None, layout: RunLayout) -> Path | None:
         log.info("trainer.resume=auto: no %s yet, starting from scratch", layout.last)
         return None
     return Path(resume).expanduser()
+
+
+@dataclass
+class Resumed:
+    """What trainer.resume restored: the checkpoint, whether its run already trained its whole
+    budget (`done`), and the interrupted run's W&B run id to continue."""
+
+    path: Path
+    auto: bool
+    trainer: TrainerConfig
+    done: bool
+    wandb_id: str | None
+
+    def already_done(self, progress: Progress) -> dict[str, Any]:
+        """A finished run resumed: nothing to train. trainer.resume=auto (the same command run
+        again) returns its last metrics; a checkpoint named explicitly is a ConfigError that
+        says how to train further."""
+        t = self.trainer
+        if t.max_steps is not None and progress.step >= t.max_steps:
+            where = f"step {progress.step} of trainer.max_steps={t.max_steps}"
+            more = f"trainer.max_steps={progress.step + 100}"
+        else:
+            where = f"epoch {progress.epoch} of trainer.max_epochs={t.max_epochs}"
+            more = f"trainer.max_epochs={progress.epoch + 10}"
+        how = (
+            f"nothing is left to train. To train further, resume with a larger budget, e.g. "
+            f"trainer.resume={self.path} {more}; to measure it, python -m trainer.evaluate "
+            f"checkpoint={self.path}"
+        )
+        if not self.auto:
+            raise ConfigError(f"trainer.resume={self.path}: that run is already at {where}; {how}.")
+        print(f"trainer.resume=auto: this run is already at {where}; {how}.", flush=True)
+        last = progress.history[-1] if progress.history else {}
+        return {**last, "best": progress.best}
+
+
+def restore(
+    state: TrainState, t: TrainerConfig, layout: RunLayout, *, is_main: bool
+) -> Resumed | None:
+    """Load the checkpoint trainer.resume names into `state`; None when there is none."""
+    path = resume_path(t.resume, layout)
+    if path is None:
+        return None
+    state.restore(path, is_main=is_main)
+    p = state.progress
+    done = p.epoch >= t.max_epochs or (t.max_steps is not None and p.step >= t.max_steps)
+    return Resumed(path, t.resume == "auto", t, done, _wandb_id(path))
+
+
+def _wandb_id(checkpoint: Path) -> str | None:
+    """The W&B run id of the run that wrote `checkpoint` (its summary.json, beside checkpoints/)."""
+    summary = checkpoint.parent.parent / "summary.json"
+    doc = RunSummary.read(summary) if summary.is_file() else None
+    return ((doc or {}).get("paths") or {}).get("wandb_run_id")

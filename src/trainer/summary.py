@@ -15,11 +15,12 @@ log = logging.getLogger(__name__)
 
 
 def run_paths(layout: RunLayout, *, wandb_run_dir: str | None, wandb_run_id: str | None):
-    """The summary's `paths` section: where this run's files are."""
+    """The summary's `paths` section: where this run's files are (a checkpoint not written,
+    e.g. best.pt of a run stopped in its first epoch, is None)."""
     return {
         "run_dir": str(layout.root),
-        "checkpoint": str(layout.last),
-        "best_checkpoint": str(layout.best),
+        "checkpoint": str(layout.last) if layout.last.is_file() else None,
+        "best_checkpoint": str(layout.best) if layout.best.is_file() else None,
         "summary": str(layout.summary),
         "metrics": str(layout.metrics),
         "wandb_run_dir": wandb_run_dir,

@@ -95,8 +95,10 @@ def start_tracker(
     run_dir: Path,
     flat_config: dict[str, Any],
     choices: dict[str, Any],
+    resume_id: str | None = None,
 ) -> Tracker:
-    """Start this job's W&B run (finishing any run a previous job left open)."""
+    """Start this job's W&B run (finishing any run a previous job left open); a resumed job
+    (`resume_id`: the interrupted job's W&B run id) continues that run, offline too."""
     params = sweep_params()
     if params is not None:
         check_sweep_agreement(params, flat_config, choices)
@@ -122,7 +124,16 @@ def start_tracker(
         mode=mode,
         config=config,
         reinit="finish_previous",
+        **_resume_args(resume_id),
         settings=wandb.Settings(console="off", silent=True, x_disable_stats=True),
     )
     log.info("W&B run %s (%s) in %s", run.id, mode, Path(run.dir).parent)
     return Tracker(run)
+
+
+def _resume_args(resume_id: str | None) -> dict[str, Any]:
+    """wandb.init's id and resume for a resumed job: the interrupted run's id (a sweep agent's
+    WANDB_RUN_ID wins, it names the same trial), resumed when it exists, created when not."""
+    if resume_id is None:
+        return {}
+    return {"id": os.environ.get("WANDB_RUN_ID") or resume_id, "resume": "allow"}

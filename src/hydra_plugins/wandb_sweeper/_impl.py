@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -168,17 +169,37 @@ def dry_run(sweep_config: dict[str, Any], directory: Path) -> None:
     print(f"# runs: {run_count(sweep_config)}")
 
 
-def agent_failure(result: dict[str, Any]) -> str | None:
-    """The error for a sweep whose agents gave up or failed, or None when all exited 0."""
+# An agent stopped by SIGINT/SIGTERM exits 128 + signal, its trial saved with a checkpoint.
+INTERRUPT_CODES = (128 + signal.SIGINT, 128 + signal.SIGTERM)
+
+
+class SweepInterrupted(TrainerError):
+    """Ctrl-C (SIGINT) or SIGTERM stopped the sweep's agents; exit 128 + signal, message as is."""
+
+    prefix = ""
+
+
+def agent_failure(result: dict[str, Any]) -> TrainerError | None:
+    """The error for a sweep whose agents were interrupted, gave up or failed; None when all
+    exited 0."""
     codes = result.get("agent_exit_codes") or []
     failed = [code for code in codes if code != 0]
     if not failed:
         return None
-    return (
-        f"{len(failed)} of {len(codes)} agent(s) of sweep {result.get('sweep_id')} gave up or "
+    sweep_id = result.get("sweep_id")
+    if all(code in INTERRUPT_CODES for code in failed):
+        return SweepInterrupted(
+            f"sweep {sweep_id} interrupted ({signal.Signals(failed[0] - 128).name}); each "
+            "running trial saved its checkpoint. Resume with the same command plus "
+            f"hydra.sweeper.sweep_id={sweep_id} hydra.sweeper.rerun_crashed=true "
+            "(an interrupted trial continues from its last.pt, same run and W&B run).",
+            exit_code=failed[0],
+        )
+    return TrainerError(
+        f"{len(failed)} of {len(codes)} agent(s) of sweep {sweep_id} gave up or "
         f"failed (exit codes {codes}); their message above names the failed runs and logs. "
-        "Fix the cause and resume with hydra.sweeper.sweep_id="
-        f"{result.get('sweep_id')}."
+        f"Fix the cause and resume with hydra.sweeper.sweep_id={sweep_id}.",
+        exit_code=1,
     )
 
 
@@ -233,6 +254,6 @@ def sweep(
     backend = _run_server if options["backend"] == "wandb" else _run_local
     result = backend(options, config, root)
     failure = agent_failure(result)
-    if failure:
-        raise TrainerError(failure, exit_code=1)
+    if failure is not None:
+        raise failure
     return result

@@ -185,9 +185,12 @@ class LocalAgent:
         for folder in (run_dir, log_path.parent, params_path.parent):
             folder.mkdir(parents=True, exist_ok=True)
         argv = expand(self.config, run.params, run_dir)
+        resume = run.resumable  # interrupted: the same run continues from its last.pt
+        argv += ["trainer.resume=auto"] if resume else []
         env = {**trial_env(self.sweep_id, run, params_path, run_dir), **self.share.env()}
-        print(f"agent: starting run {run.id} with {json.dumps(run.params)}", flush=True)
-        with open(log_path, "w") as log:
+        verb = "resuming" if resume else "starting"
+        print(f"agent: {verb} run {run.id} with {json.dumps(run.params)}", flush=True)
+        with open(log_path, "a" if resume else "w") as log:
             log.write(" ".join(argv) + "\n")
             log.flush()
             # Its own session: a terminal's Ctrl-C reaches the agent only, which forwards it once

@@ -5,6 +5,7 @@ results.json, best.yaml)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ from pathlib import Path
 from trainer import cpu_share
 from trainer.errors import TrainerError
 from trainer.layout import SweepLayout
-from trainer.sweep import report
+from trainer.sweep import engine, report
 from trainer.sweep.directory import (
     create,
     find,
@@ -23,6 +24,9 @@ from trainer.sweep.directory import (
     write_sweep_yaml,
 )
 from trainer.sweep.store import SweepStore
+
+# An agent stopped by SIGINT/SIGTERM exits 128 + signal (its trial saved a checkpoint).
+INTERRUPT_CODES = (128 + signal.SIGINT, 128 + signal.SIGTERM)
 
 
 def _agent_argv(
@@ -120,9 +124,12 @@ def run_sweep(
         codes = [p.wait() for p in procs]
     except KeyboardInterrupt:  # Ctrl-C reached the agents too: each stops and records its trial
         codes = [p.wait() for p in procs]
-    gave_up = any(code != 0 for code in codes)
+    interrupted = [c for c in codes if c in INTERRUPT_CODES]
+    gave_up = any(code != 0 and code not in INTERRUPT_CODES for code in codes)
     running = [r for r in store.runs() if r.state == "running"]
-    store.set("state", "failed" if gave_up else ("running" if running else "finished"))
+    state = "failed" if gave_up else ("running" if running else "finished")
+    state = "interrupted" if interrupted and not gave_up else state
+    store.set("state", engine.sweep_state(state, store.config, store.runs()).split(" ")[0])
     res = report.write(store, sweep_id, layout)
     res["agent_exit_codes"] = codes
     report.print_leaderboard(res)

@@ -189,8 +189,20 @@ def print_leaderboard(res: dict[str, Any], console: Console | None = None) -> No
 
 
 def plot(store: SweepStore, res: dict[str, Any], path: Path) -> Path:
-    """sweep.png: metric vs each swept parameter (log axis for log distributions) and the
-    metric over time, best run marked."""
+    """sweep.png (see `figure`)."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(store, res)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def figure(store: SweepStore, res: dict[str, Any]):
+    """The sweep's figure: titled with sweep, method, metric and goal; the metric against each
+    swept parameter (log axis for log distributions, a categorical axis for non-numbers); the
+    metric over runs in order of completion with the best-so-far curve and integer run ticks.
+    The best run is a red star, runs hyperband stopped are crosses."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -198,35 +210,73 @@ def plot(store: SweepStore, res: dict[str, Any], path: Path) -> Path:
 
     config = store.config
     params = list(config.get("parameters", {}))
-    name = (res["metric"] or {}).get("name", "metric")
+    metric = res["metric"] or {}
+    name = metric.get("name", "metric")
     rows = [e for e in res["runs"] if e["metric"] is not None]
-    best = res["best"]["id"] if res["best"] else None
-    fig, axes = plt.subplots(1, len(params) + 1, figsize=(4 * (len(params) + 1), 3.5))
+    fig, axes = plt.subplots(1, len(params) + 1, figsize=(4 * (len(params) + 1), 3.8))
     axes = list(axes) if len(params) else [axes]
+    fig.suptitle(
+        f"sweep {res['sweep_id']} ({res['method']}): {name}, goal {metric.get('goal', '-')}"
+    )
     for ax, key in zip(axes, params, strict=False):
-        xs = [e["params"].get(key) for e in rows]
-        numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs)
-        labels = xs if numeric else [str(x) for x in xs]
-        ax.scatter(labels, [e["metric"] for e in rows], s=18)
-        for e, x in zip(rows, labels, strict=True):
-            if e["id"] == best:
-                ax.scatter([x], [e["metric"]], marker="*", s=160, color="red", label="best")
-        if numeric and config["parameters"][key].get("distribution") in LOG_SCALE:
-            ax.set_xscale("log")
+        xs = _param_axis(ax, key, config["parameters"][key], [e["params"].get(key) for e in rows])
+        _points(ax, rows, xs, res)
         ax.set_xlabel(key)
         ax.set_ylabel(name)
-    ax = axes[-1]
+    _over_runs(axes[-1], store, rows, res, maximize=metric.get("goal") == "maximize")
+    axes[-1].set_ylabel(name)
+    fig.tight_layout()
+    return fig
+
+
+def _param_axis(ax: Any, key: str, spec: dict[str, Any], xs: list[Any]) -> list[Any]:
+    """The x positions of `xs` on `ax`: numbers as they are (log axis for a log distribution),
+    anything else one tick per category, in the order of the sweep's `values`."""
+    if all(isinstance(x, int | float) and not isinstance(x, bool) for x in xs):
+        if spec.get("distribution") in LOG_SCALE:
+            ax.set_xscale("log")
+        return xs
+    labels = [str(v) for v in spec.get("values", [])]
+    labels += sorted({str(x) for x in xs} - set(labels))
+    ax.set_xticks(range(len(labels)), labels)
+    return [labels.index(str(x)) for x in xs]
+
+
+def _points(ax: Any, rows: list[dict[str, Any]], xs: list[Any], res: dict[str, Any]) -> None:
+    """Each run's metric at `xs`: dots, crosses for hyperband-stopped runs, a star for the best."""
+    best = res["best"]["id"] if res["best"] else None
+    ys = [e["metric"] for e in rows]
+    marks = {
+        "run": [i for i, e in enumerate(rows) if e["state"] != "stopped"],
+        "stopped by hyperband": [i for i, e in enumerate(rows) if e["state"] == "stopped"],
+        "best": [i for i, e in enumerate(rows) if e["id"] == best],
+    }
+    style = {"run": ("o", 18, None), "stopped by hyperband": ("x", 40, "gray")}
+    style["best"] = ("*", 160, "red")
+    for label, picked in marks.items():
+        if picked:
+            marker, size, color = style[label]
+            xy = [xs[i] for i in picked], [ys[i] for i in picked]
+            ax.scatter(*xy, marker=marker, s=size, color=color, label=label)
+
+
+def _over_runs(
+    ax: Any, store: SweepStore, rows: list[dict[str, Any]], res: dict[str, Any], maximize: bool
+) -> None:
+    from matplotlib.ticker import MaxNLocator
+
     by_id = {r.id: r for r in store.runs()}
     timed = sorted(rows, key=lambda e: by_id[e["id"]].ended_at or 0)
-    ax.plot(range(1, len(timed) + 1), [e["metric"] for e in timed], "o-", ms=4)
-    for i, e in enumerate(timed, start=1):
-        if e["id"] == best:
-            ax.scatter([i], [e["metric"]], marker="*", s=160, color="red", label="best")
+    order = list(range(1, len(timed) + 1))
+    ax.plot(order, [e["metric"] for e in timed], "-", color="lightgray", lw=1)
+    _points(ax, timed, order, res)
+    best_so_far, current = [], None
+    for e in timed:
+        better = current is None or (e["metric"] > current if maximize else e["metric"] < current)
+        current = e["metric"] if better else current
+        best_so_far.append(current)
+    ax.step(order, best_so_far, where="post", color="tab:green", label="best so far")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("run (in order of completion)")
-    ax.set_ylabel(name)
-    if best:
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    if timed:
+        ax.legend(fontsize="small")

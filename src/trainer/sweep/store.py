@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -14,6 +13,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from trainer.sweep.processes import kill_orphan, pid_alive
 
 TERMINAL = ("finished", "failed", "crashed", "stopped")
 
@@ -78,40 +79,18 @@ class RunRecord:
     history: list[dict[str, Any]] = field(default_factory=list)
 
     @property
+    def resumable(self) -> bool:
+        """Interrupted (its summary says so) with the checkpoint it saved: rerun, it resumes."""
+        doc = self.summary or {}
+        path = (doc.get("paths") or {}).get("checkpoint")
+        return doc.get("status") == "interrupted" and bool(path) and Path(path).is_file()
+
+    @property
     def duration_s(self) -> float | None:
         if self.started_at is None:
             return None
         end = self.ended_at if self.ended_at is not None else time.time()
         return end - self.started_at
-
-
-def _pid_alive(pid: int | None) -> bool:
-    if pid is None:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    try:  # a killed agent whose parent died too may linger as a zombie until it is reaped
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True  # no /proc (not Linux): trust the signal check
-    return state not in ("Z", "X")
-
-
-def _kill_orphan(pid: int | None, run_id: str) -> None:
-    """SIGKILL a lost run's trial process if it still runs (its agent died under it)."""
-    try:  # the pid may be reused: only a process whose command line names this run
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-    except (OSError, TypeError):
-        return
-    if f"/runs/{run_id}" in cmdline:
-        try:
-            os.kill(pid, signal.SIGKILL)  # type: ignore[arg-type]
-        except ProcessLookupError:
-            return
 
 
 class SweepStore:
@@ -207,19 +186,27 @@ class SweepStore:
         agent_pid: int,
         rerun_crashed: bool = False,
     ) -> RunRecord | None:
-        """Hand out the next run exactly once: a crashed run to rerun, else what `propose`
+        """Hand out the next run exactly once: a crashed run to rerun (an interrupted one, with
+        its checkpoint, resumes in place: same id, run dir and history), else what `propose`
         suggests given the runs so far (None: the sweep has nothing more to run)."""
         with self.transaction() as db:
             runs = self._rows(db)
             params: dict | None = None
             info: dict | None = None
             rerun_of = None
-            if rerun_crashed:
-                for r in runs:
-                    if r.state == "crashed" and not r.superseded:
-                        params, rerun_of = r.params, r.id
-                        db.execute("UPDATE runs SET superseded = 1 WHERE id = ?", (r.id,))
-                        break
+            for r in runs if rerun_crashed else ():
+                if r.state == "crashed" and not r.superseded and r.resumable:
+                    now = time.time()
+                    db.execute(
+                        "UPDATE runs SET state = 'running', agent_pid = ?, pid = NULL, exit_code "
+                        "= NULL, ended_at = NULL, log_tail = NULL, heartbeat_at = ? WHERE id = ?",
+                        (agent_pid, now, r.id),
+                    )
+                    return self._rows(db, "WHERE id = ?", (r.id,))[0]
+                if r.state == "crashed" and not r.superseded:
+                    params, rerun_of = r.params, r.id
+                    db.execute("UPDATE runs SET superseded = 1 WHERE id = ?", (r.id,))
+                    break
             if params is None:
                 proposal = propose([r for r in runs if not r.superseded])
                 if proposal is None:
@@ -281,12 +268,12 @@ class SweepStore:
         with self.transaction() as db:
             for r in self._rows(db, "WHERE state = 'running'"):
                 silent = r.heartbeat_at is not None and now - r.heartbeat_at > stale_s
-                if r.agent_pid == os.getpid() or (_pid_alive(r.agent_pid) and not silent):
+                if r.agent_pid == os.getpid() or (pid_alive(r.agent_pid) and not silent):
                     continue
                 db.execute(
                     "UPDATE runs SET state = 'crashed', ended_at = ?, log_tail = ? WHERE id = ?",
                     (now, "agent process lost while the run was going", r.id),
                 )
                 lost.append(r.id)
-                _kill_orphan(r.pid, r.id)
+                kill_orphan(r.pid, r.id)
         return lost
