@@ -170,6 +170,21 @@ def test_every_entry_is_typed_by_a_test():
         assert not name or name in tests, f"{cmd!r}: no test {name}"
 
 
+def test_extraction_joins_continuations_drops_comments_and_reads_the_usage_table(tmp_path):
+    from .readme_commands import commands
+
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        "| you want | command |\n| --- | --- |\n| a run | `python -m trainer x=1` (note) |\n\n"
+        "```bash\n# a comment\npython -m trainer -m a=1 \\\n    'b=#2'   # why\n```\n"
+        "```yaml\nnot: a command\n```\n"
+    )
+    assert commands(readme) == [
+        (3, "python -m trainer x=1"),
+        (7, "python -m trainer -m a=1 'b=#2'"),
+    ]
+
+
 TYPED: set[str] = set()
 
 
@@ -273,7 +288,6 @@ def test_scenario_resume_finished(shell):
         shell,
         "python -m trainer trainer.resume=path/to/last.pt",
         {"path/to/last.pt": str(last)},
-        env=None,
     )
     assert re.search(r"already at epoch 1 of 1", proc.out), proc.out[-2000:]
     assert "trainer.max_epochs" in proc.out
