@@ -43,3 +43,15 @@ def test_compile_rows_say_only_what_is_true(capsys, monkeypatch):
     off = _printed(capsys, monkeypatch, _summary(enabled=False))
     assert "compile time" not in off and "off" in off
     assert "inductor, mode default" in _printed(capsys, monkeypatch, _summary())
+
+
+def test_compile_off_run_reports_no_compile_time(cfg_factory, tmp_path, capsys):
+    import json
+
+    from trainer.run import run
+
+    run(cfg_factory("compile=off", "logger=none", "trainer.max_epochs=1"), run_dir=tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["perf"]["compile_s"] is None  # the leaderboard shows "-", not 0.01 s
+    out = capsys.readouterr().out
+    assert "compile time" not in out and "off" in out

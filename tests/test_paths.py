@@ -23,13 +23,15 @@ def test_argv_tilde_and_var_become_plain_paths(monkeypatch, tmp_path):
             "checkpoint=~/a b/last.pt",
             "paths.data_dir=${oc.env:X,data}",
             "model.name=~odd",
+            "data.root=~/a,~/b",
         ]
     )
     assert argv[1] == f"data.root={tmp_path}/data"
     assert argv[2] == "compile.cache_dir=/srv/sets/cache"
     assert argv[3] == f"+paths.output_dir={tmp_path}/runs"
     assert argv[4] == f"checkpoint={tmp_path}/a b/last.pt"  # Hydra reads it back as is
-    assert argv[5:] == ["paths.data_dir=${oc.env:X,data}", "model.name=~odd"]
+    assert argv[5:7] == ["paths.data_dir=${oc.env:X,data}", "model.name=~odd"]
+    assert argv[7] == f"data.root={tmp_path}/a,{tmp_path}/b"  # a multirun sweep stays one
 
 
 def test_every_path_key_is_expanded_when_read(monkeypatch, tmp_path):

@@ -30,7 +30,10 @@ def expand_path_argv(argv: list[str]) -> list[str]:
         match = PATH_KEYS.match(arg)
         value = match.group(3) if match else ""
         if match and re.search(r"~|\$(?!\{)", value):
-            arg = f"{match.group(1)}{match.group(2)}={hydra_value(_expand_unquoted(value))}"
+            quoted = len(value) >= 2 and value[0] == value[-1] and value[0] in "'\""
+            items = [value] if quoted else value.split(",")  # a,b: a multirun sweep
+            text = ",".join(hydra_value(_expand_unquoted(item)) for item in items)
+            arg = f"{match.group(1)}{match.group(2)}={text}"
         out.append(arg)
     return out
 
