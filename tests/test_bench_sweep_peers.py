@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from benchmarks import sweep_peers
+from benchmarks import destination, sweep_peers
 from trainer import cpu_share
 
 
@@ -28,12 +28,16 @@ def test_sweep_peers_times_one_and_parallel_agents_and_writes_results(tmp_path):
 
 
 def test_a_reduced_run_writes_nothing_unless_told(tmp_path, monkeypatch):
-    monkeypatch.setattr(sweep_peers, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(destination, "PUBLISHED", tmp_path / "results")
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(
         sweep_peers, "measure", lambda v, *a: (v.walls.append(1.0), v.best.append(0.5))
     )
     sweep_peers.main(["--sweepers", "ours", "--trials", "2", "--compile", "off"])
     assert not (tmp_path / "results").exists()
+    assert (tmp_path / "outputs" / "benchmarks" / "sweep_peers.md").is_file()  # scratch only
+    with pytest.raises(SystemExit, match="needs the full run"):
+        sweep_peers.main(["--sweepers", "ours", "--trials", "2", "--publish"])
 
 
 @pytest.mark.skipif(

@@ -326,6 +326,8 @@ def test_ranks_split_the_global_batch():
 
 
 def _summary(tmp_path) -> RunSummary:
+    RunLayout(tmp_path).last.parent.mkdir(parents=True, exist_ok=True)
+    RunLayout(tmp_path).last.write_bytes(b"")  # the summary names only written checkpoints
     return RunSummary(
         status="finished", epochs_completed=1, steps=3, metrics={"val/acc": 0.5},
         best={"name": "val/acc", "value": 0.5, "epoch": 1, "mode": "max"},
