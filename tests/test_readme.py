@@ -269,7 +269,6 @@ def test_scenario_multirun(shell):
     _all_typed("test_scenario_multirun")
 
 
-@pytest.mark.xfail(strict=True, reason="Hydra's lexer rejects `~` in data.root=~/data")
 def test_scenario_cifar10_without_data(shell):
     """No CIFAR-10 in ~/data and no download: exit 2 with the message naming the fix."""
     cmd = "python -m trainer model=resnet18 data=cifar10 data.root=~/data"
@@ -279,7 +278,6 @@ def test_scenario_cifar10_without_data(shell):
     _all_typed("test_scenario_cifar10_without_data")
 
 
-@pytest.mark.xfail(strict=True, reason="resuming a finished run says 'run finished' only")
 def test_scenario_resume_finished(shell):
     """Resuming a finished run's last.pt says it is at epoch N of N and how to train further."""
     shell.type("python -m trainer", SMALL)
@@ -572,13 +570,8 @@ COMPILE_ROWS = {
     "compile.dynamic": _row_dynamic,
     "compile.fullgraph": _row_fullgraph,
     "compile.options": _row_options,
-    "compile.target": pytest.param(
-        _row_target, marks=pytest.mark.xfail(strict=True, reason="compile.target=blocks recompiles")
-    ),
-    "compile.optimizer": pytest.param(
-        _row_optimizer,
-        marks=pytest.mark.xfail(strict=True, reason="compile.optimizer=true graph breaks"),
-    ),
+    "compile.target": _row_target,
+    "compile.optimizer": _row_optimizer,
     "compile.explain": _row_explain,
     "compile.fail_on_recompile_limit": _row_fail_on_recompile_limit,
     "compile.cache_dir": _row_cache_dir,

@@ -47,6 +47,7 @@ def test_grid_sweep_runs_every_point_and_reports(tmp_path, capsys):
     assert metrics == sorted(metrics, reverse=True)
     on_disk = json.loads((directory / "results.json").read_text())
     assert on_disk["sweep_id"] == sweep_id and on_disk["backend"] == "local"
+    assert on_disk["engine"] == engine.engine_name()  # which code decided the runs
     assert on_disk["best"]["id"] == res["runs"][0]["id"]
     best = yaml.safe_load((directory / "best.yaml").read_text())
     p = res["best"]["params"]
@@ -149,7 +150,8 @@ def test_leaderboard_stays_readable_at_80_columns():
 
 def test_results_and_best_yaml_are_written_atomically(tmp_path, monkeypatch):
     from trainer.layout import SweepLayout
-    from trainer.sweep.store import SweepStore
+    from trainer.sweep import engine
+from trainer.sweep.store import SweepStore
 
     layout = SweepLayout(tmp_path)
     store = SweepStore(layout.db)

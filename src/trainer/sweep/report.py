@@ -75,6 +75,7 @@ def results(store: SweepStore, sweep_id: str) -> dict[str, Any]:
     return {
         "sweep_id": sweep_id,
         "backend": "local",
+        "engine": engine.engine_name(),  # which code decided the runs
         "method": config.get("method"),
         "metric": metric,
         "runs": runs,
