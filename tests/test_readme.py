@@ -143,6 +143,12 @@ COMMANDS: dict[str, Run | NotRun] = {
         "a benchmark of minutes on an idle machine; test_benchmarks.py runs it reduced"
     ),
     "python -m benchmarks.compile_modes --device cuda": NotRun("needs a GPU"),
+    "python -m benchmarks.compile_regions": NotRun(
+        "cold Inductor compiles of resnet18 and vit_tiny, one fresh process each: minutes per "
+        "variant; compile.target=blocks itself is checked by the compile table rows here and by "
+        "test_compile_blocks.py"
+    ),
+    "python -m benchmarks.compile_regions --device cuda": NotRun("needs a GPU"),
     "python -m benchmarks.overhead": NotRun(
         "a benchmark of minutes on an idle machine; test_benchmarks.py runs it reduced"
     ),
@@ -286,8 +292,9 @@ def test_scenario_resume_finished(shell):
         shell,
         "python -m trainer trainer.resume=path/to/last.pt",
         {"path/to/last.pt": str(last)},
+        rc=2,  # an explicit checkpoint that has nothing left to train is refused (README)
     )
-    assert re.search(r"already at epoch 1 of 1", proc.out), proc.out[-2000:]
+    assert re.search(r"already at epoch 1 of trainer.max_epochs=1", proc.out), proc.out[-2000:]
     assert "trainer.max_epochs" in proc.out
     _all_typed("test_scenario_resume_finished")
 
