@@ -431,3 +431,22 @@ def test_cpu_compile_prints_no_cuda_home_warning(tmp_path):
     ]
     assert "No CUDA runtime is found" in results[0].stderr
     assert results[1].returncode == 0 and "No CUDA runtime" not in results[1].stderr
+
+
+def test_python_3130_guard_warning_is_said_once_in_our_words(monkeypatch, caplog):
+    """Dynamo's RuntimeWarning on Python 3.13.0 becomes one log line; elsewhere nothing."""
+    import torch._dynamo.config
+
+    from trainer.compiling import torch_private
+
+    with torch._dynamo.config.patch(issue_3_13_0_warning=True):
+        monkeypatch.setattr(torch_private.sys, "version_info", (3, 13, 0, "final", 0))
+        torch_private.note_python_3130_guards()
+        assert torch._dynamo.config.issue_3_13_0_warning is False
+        torch_private.note_python_3130_guards()  # once
+    assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1
+    assert "3.13.1" in caplog.records[0].message
+    with torch._dynamo.config.patch(issue_3_13_0_warning=True):
+        monkeypatch.setattr(torch_private.sys, "version_info", (3, 11, 7, "final", 0))
+        torch_private.note_python_3130_guards()
+        assert torch._dynamo.config.issue_3_13_0_warning is True

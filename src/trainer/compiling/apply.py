@@ -142,6 +142,7 @@ def _prepare(cfg: CompileConfig, model: nn.Module, device: torch.device | None, 
     if device.type == "cpu":
         quiet_cuda_home_probe()
     torch_private.set_fail_on_recompile_limit(cfg.fail_on_recompile_limit)
+    torch_private.note_python_3130_guards()
     watch_recompile_limit()
     if example is not None and cfg.explain:
         print(describe(explain(model, example)))

@@ -5,9 +5,13 @@ checks each still exists, so a torch release that moves one fails loudly there."
 
 from __future__ import annotations
 
+import logging
+import sys
 from typing import Any
 
 from torch import nn
+
+log = logging.getLogger(__name__)
 
 # The logger Dynamo warns on when a frame hits config.recompile_limit (no public hook).
 RECOMPILE_LIMIT_LOGGER = "torch._dynamo.convert_frame"
@@ -18,6 +22,7 @@ PRIVATE_NAMES = (
     ("torch._inductor", "list_options"),
     ("torch._dynamo", "explain"),
     ("torch._dynamo.config", "fail_on_recompile_limit_hit"),
+    ("torch._dynamo.config", "issue_3_13_0_warning"),
     ("torch._dynamo.utils", "counters"),
     ("torch._dynamo.utils", "get_compilation_metrics"),
     ("torch._dynamo.utils", "clear_compilation_metrics"),
@@ -110,3 +115,18 @@ def is_graph_break_error(err: BaseException) -> bool:
     from torch._dynamo.exc import Unsupported
 
     return isinstance(err, Unsupported) or isinstance(err.__cause__, Unsupported)
+
+
+def note_python_3130_guards() -> None:
+    """On Python 3.13.0 Dynamo warns "Guards may run slower" (a CPython bug fixed in 3.13.1)
+    with a RuntimeWarning on every compiled frame; say it once, in the project's words."""
+    if sys.version_info[:3] != (3, 13, 0):
+        return
+    import torch._dynamo.config
+
+    if torch._dynamo.config.issue_3_13_0_warning:
+        torch._dynamo.config.issue_3_13_0_warning = False
+        log.warning(
+            "Python 3.13.0: TorchDynamo's guards run slower on this release (fixed in 3.13.1); "
+            "upgrade Python for faster compiled steps."
+        )
