@@ -434,19 +434,26 @@ def test_cpu_compile_prints_no_cuda_home_warning(tmp_path):
 
 
 def test_python_3130_guard_warning_is_said_once_in_our_words(monkeypatch, caplog):
-    """Dynamo's RuntimeWarning on Python 3.13.0 becomes one log line; elsewhere nothing."""
-    import torch._dynamo.config
+    """Dynamo's RuntimeWarning on Python 3.13.0 is silenced and said once in our words; on
+    other Pythons nothing changes."""
+    import warnings
 
     from trainer.compiling import torch_private
 
-    with torch._dynamo.config.patch(issue_3_13_0_warning=True):
+    monkeypatch.setattr(torch_private, "_NOTED", [])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         monkeypatch.setattr(torch_private.sys, "version_info", (3, 13, 0, "final", 0))
         torch_private.note_python_3130_guards()
-        assert torch._dynamo.config.issue_3_13_0_warning is False
-        torch_private.note_python_3130_guards()  # once
-    assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1
-    assert "3.13.1" in caplog.records[0].message
-    with torch._dynamo.config.patch(issue_3_13_0_warning=True):
+        torch_private.note_python_3130_guards()  # said once
+        warnings.warn(
+            "Guards may run slower on Python 3.13.0. Consider ...", RuntimeWarning, stacklevel=2
+        )
+    notes = [r.message for r in caplog.records if "3.13.0" in r.message]
+    assert len(notes) == 1 and "3.13.1" in notes[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         monkeypatch.setattr(torch_private.sys, "version_info", (3, 11, 7, "final", 0))
         torch_private.note_python_3130_guards()
-        assert torch._dynamo.config.issue_3_13_0_warning is True
+        with pytest.raises(RuntimeWarning):
+            warnings.warn("Guards may run slower on Python 3.13.0.", RuntimeWarning, stacklevel=2)

@@ -59,7 +59,9 @@ def quiet_cuda_home_probe() -> None:
 
 
 def compile_kwargs(cfg: CompileConfig) -> dict[str, Any]:
-    """torch.compile's keyword arguments for `cfg` (options and mode are exclusive)."""
+    """torch.compile's keyword arguments for `cfg` (options and mode are exclusive); every
+    compile (model, blocks, optimizer) asks for them just before it compiles."""
+    torch_private.note_python_3130_guards()
     kwargs: dict[str, Any] = {
         "backend": cfg.backend,
         "fullgraph": cfg.fullgraph,
@@ -142,7 +144,6 @@ def _prepare(cfg: CompileConfig, model: nn.Module, device: torch.device | None, 
     if device.type == "cpu":
         quiet_cuda_home_probe()
     torch_private.set_fail_on_recompile_limit(cfg.fail_on_recompile_limit)
-    torch_private.note_python_3130_guards()
     watch_recompile_limit()
     if example is not None and cfg.explain:
         print(describe(explain(model, example)))

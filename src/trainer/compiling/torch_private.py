@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import warnings
 from typing import Any
 
 from torch import nn
@@ -22,7 +23,6 @@ PRIVATE_NAMES = (
     ("torch._inductor", "list_options"),
     ("torch._dynamo", "explain"),
     ("torch._dynamo.config", "fail_on_recompile_limit_hit"),
-    ("torch._dynamo.config", "issue_3_13_0_warning"),
     ("torch._dynamo.utils", "counters"),
     ("torch._dynamo.utils", "get_compilation_metrics"),
     ("torch._dynamo.utils", "clear_compilation_metrics"),
@@ -118,15 +118,21 @@ def is_graph_break_error(err: BaseException) -> bool:
 
 
 def note_python_3130_guards() -> None:
-    """On Python 3.13.0 Dynamo warns "Guards may run slower" (a CPython bug fixed in 3.13.1)
-    with a RuntimeWarning on every compiled frame; say it once, in the project's words."""
+    """On Python 3.13.0 Dynamo warns "Guards may run slower" (a CPython bug, fixed in 3.13.1,
+    makes it skip a guard fast path) with a RuntimeWarning on every compiled frame. Keep torch's
+    safe path, silence its warning (again before each compile: a caller may have reset the
+    filters) and say it once, in the project's words."""
     if sys.version_info[:3] != (3, 13, 0):
         return
-    import torch._dynamo.config
-
-    if torch._dynamo.config.issue_3_13_0_warning:
-        torch._dynamo.config.issue_3_13_0_warning = False
+    warnings.filterwarnings(
+        "ignore", message="Guards may run slower on Python 3.13.0", category=RuntimeWarning
+    )
+    if not _NOTED:
+        _NOTED.append(True)
         log.warning(
             "Python 3.13.0: TorchDynamo's guards run slower on this release (fixed in 3.13.1); "
             "upgrade Python for faster compiled steps."
         )
+
+
+_NOTED: list[bool] = []  # the 3.13.0 notice was given in this process
