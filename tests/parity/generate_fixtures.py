@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from tests.parity import corpus
+from trainer.sweep.engine import plain  # the same conversion the engine applies
 
 FIXTURES = Path(__file__).with_name("fixtures")
 
@@ -31,18 +32,6 @@ def load_sweeps():
         import sweeps.config.cfg  # noqa: F401  (schema_violations_from_proposed_config)
         import sweeps.params  # noqa: F401
     return sweeps
-
-
-def plain(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain(v) for v in value]
-    return value
 
 
 def grid_sequence(sweeps, parameters: dict) -> list[dict]:
