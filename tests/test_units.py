@@ -118,6 +118,16 @@ def test_step_schedule_and_its_state_is_plain():
 # --- metrics -------------------------------------------------------------------------------
 
 
+def test_eager_runs_log_no_compile_time_whatever_the_first_step_noise():
+    timing = Timing(compiled=False)
+    timing.observe_train(first_step_s=0.02, steady_s=0.09, steady_steps=9)
+    timing.observe_eval(first_batch_s=0.02, steady_batch_s=0.01)
+    assert timing.compile_s() == 0.0
+    assert "compiled" not in timing.as_dict()  # summary.json's perf keys stay timings only
+    timing.compiled = True
+    assert timing.compile_s() == pytest.approx(0.02)
+
+
 def test_epoch_row_has_exactly_the_logged_names():
     timing = Timing()
     steady = timing.observe_train(first_step_s=2.0, steady_s=0.9, steady_steps=9)

@@ -61,6 +61,9 @@ class Job:
     started: float = field(default_factory=time.perf_counter)
     loop_started_at: float = field(default_factory=time.time)  # wall clock, for sweep agents
 
+    def __post_init__(self) -> None:
+        self.timing.compiled = self.compiled
+
     @property
     def progress(self) -> Progress:
         return self.state.progress

@@ -27,6 +27,7 @@ class Timing:
     steady_step_s: float | None = None
     eval_first_s: float | None = None
     eval_steady_s: float | None = None
+    compiled: bool = True  # eager runs (compile=off) add no compile time, whatever the noise
 
     def observe_train(self, first_step_s: float | None, steady_s: float, steady_steps: int):
         """Record an epoch's timings; returns this epoch's steady seconds per step (or None)."""
@@ -43,13 +44,15 @@ class Timing:
 
     def compile_s(self) -> float:
         """Seconds compilation added: first minus steady step, plus the same for evaluation."""
-        if self.first_step_s is None or self.steady_step_s is None:
+        if not self.compiled or self.first_step_s is None or self.steady_step_s is None:
             return 0.0
         spent = max(self.first_step_s - self.steady_step_s, 0.0)
         return spent + max((self.eval_first_s or 0.0) - (self.eval_steady_s or 0.0), 0.0)
 
     def as_dict(self) -> dict[str, float | None]:
-        return asdict(self)
+        timings = asdict(self)
+        del timings["compiled"]
+        return timings
 
 
 def epoch_row(
