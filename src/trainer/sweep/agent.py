@@ -17,10 +17,11 @@ from typing import Any
 from trainer import cpu_share
 from trainer.errors import TrainerError
 from trainer.layout import SweepLayout
-from trainer.sweep import cpu_slots, engine
+from trainer.sweep import cpu_slots, engine, gpu_slots
 from trainer.sweep.command import expand
 from trainer.sweep.directory import new_id, sweep_id_of
 from trainer.sweep.launch import Launcher, Trial
+from trainer.sweep.records import BUSY
 from trainer.sweep.store import RunRecord, SweepStore
 
 POLL_S = 0.25  # how often a running trial's metrics, stop flag and exit are checked
@@ -28,6 +29,7 @@ HEARTBEAT_S = 2.0  # how often the store hears that a run's agent is alive
 KILL_DELAY_S = 30.0  # SIGKILL a stopped run that has not exited this long after SIGTERM
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # forwarded to the running trial
 TAIL_LINES = 30  # log lines kept in the store for a run that did not finish
+DEVICE_WAIT_S = 0.5  # how often an agent whose devices are all taken looks again
 
 
 def trial_env(sweep_id: str, run: RunRecord, params_path: Path, run_dir: Path) -> dict[str, str]:
@@ -96,6 +98,7 @@ class LocalAgent:
         rerun_crashed: bool = False,
         max_consecutive_failures: int = 5,
         cpus_per_trial: int | None = None,
+        devices: list[str] | None = None,
     ) -> None:
         self.layout = layout
         self.store = SweepStore(layout.db)
@@ -109,6 +112,8 @@ class LocalAgent:
         self.launcher: Launcher | None = None  # starts trials (from the template when it can)
         self.cpus_per_trial = cpus_per_trial  # None: the sweep's setting, or an equal share
         self.share: cpu_share.Share | None = None  # this agent's CPUs (cpu_slots.json)
+        # The GPUs its trials may take (the sweep's, or its own --devices); None: not assigned.
+        self.pool = gpu_slots.agent_pool(self.store.get("devices"), devices)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         """Forward SIGTERM/SIGINT to the running trial once (it saves and exits); the watch
@@ -154,7 +159,7 @@ class LocalAgent:
 
     def _run(self, count: int | None) -> int:
         self.store.mark_lost_runs()
-        done = 0
+        done, waited = 0, False
         failures: list[RunRecord] = []
         while self.signum is None and (count is None or done < count):
             run = self.store.claim(
@@ -162,7 +167,15 @@ class LocalAgent:
                 new_id=new_id,
                 agent_pid=os.getpid(),
                 rerun_crashed=self.rerun_crashed,
+                pool=self.pool,
             )
+            if run is BUSY:  # every device it may use runs a trial: wait for one to end
+                if not waited:
+                    print("agent: every device it may use runs a trial; waiting", flush=True)
+                waited = True
+                time.sleep(DEVICE_WAIT_S)
+                continue
+            waited = False
             if run is None:
                 print(
                     f"agent: sweep {self.sweep_id} has no more runs to hand out "
@@ -199,9 +212,14 @@ class LocalAgent:
         argv = expand(self.config, run.params, run_dir)
         resume = run.resumable  # interrupted: the same run continues from its last.pt
         argv += ["trainer.resume=auto"] if resume else []
-        env = {**trial_env(self.sweep_id, run, params_path, run_dir), **self.share.env()}
+        env = {
+            **trial_env(self.sweep_id, run, params_path, run_dir),
+            **self.share.env(),
+            **gpu_slots.trial_env(run.devices),
+        }
         verb = "resuming" if resume else "starting"
-        print(f"agent: {verb} run {run.id} with {json.dumps(run.params)}", flush=True)
+        where = f" on GPU {','.join(run.devices)}" if run.devices else ""
+        print(f"agent: {verb} run {run.id}{where} with {json.dumps(run.params)}", flush=True)
         with open(log_path, "a" if resume else "w") as log:
             log.write(" ".join(argv) + "\n")
             log.flush()
