@@ -161,6 +161,17 @@ def test_only_python_m_trainer_on_this_interpreter_and_environment_is_forked(tem
     assert "OMP_NUM_THREADS" in template.usable_for(trainer, {**env, "OMP_NUM_THREADS": "7"})
 
 
+def test_a_torchrun_sweep_starts_no_template(tmp_path, capsys):
+    from trainer.sweep.command import template
+
+    launcher = Launcher(dict(os.environ), (), tmp_path / "t.log", command=template([], [], 2))
+    assert launcher.template is None
+    assert "not `python -m trainer`" in capsys.readouterr().out
+    plain = Launcher(dict(os.environ), (), tmp_path / "t.log", command=template([]))
+    assert plain.template is not None
+    plain.close()
+
+
 def test_the_switch_turns_the_template_off(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv(ENV_SWITCH, "0")
     launcher = Launcher(dict(os.environ), (), tmp_path / "template.log")

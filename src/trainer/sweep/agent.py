@@ -148,6 +148,7 @@ class LocalAgent:
                 {**os.environ, **self.share.env()},
                 self.share.cores,
                 self.layout.template_log(os.getpid()),
+                command=self.config.get("command"),
             )
             return self._run(count)
         finally:

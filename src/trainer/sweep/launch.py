@@ -69,6 +69,19 @@ def _without_env(argv: list[str]) -> list[str]:
     return argv[1:] if argv and os.path.basename(argv[0]) == "env" else argv
 
 
+def forkable(command: list[str], modules: tuple[str, ...] = MODULES) -> bool:
+    """Whether a sweep's `command` (macros unexpanded) runs `python -m trainer` on the agent's
+    interpreter, so a template can start its trials."""
+    body = [str(c) for c in command]
+    body = body[1:] if body[:1] == ["${env}"] else body
+    return (
+        len(body) >= 3
+        and body[0] in ("${interpreter}", sys.executable)
+        and body[1] == "-m"
+        and body[2] in modules
+    )
+
+
 def _env_difference(template_env: dict[str, str], env: dict[str, str]) -> list[str]:
     """Variables that differ between the template and a trial beyond the per-trial ones."""
     keys = set(template_env) | set(env)
@@ -226,6 +239,7 @@ class Launcher:
         cores: tuple[int, ...],
         log_path: Path,
         modules: tuple[str, ...] = MODULES,
+        command: list[str] | None = None,
     ) -> None:
         self.template: TrialTemplate | None = None
         self.noticed = False
@@ -234,6 +248,8 @@ class Launcher:
             reason = f"{ENV_SWITCH}=0"
         elif not hasattr(os, "fork") or sys.platform != "linux":
             reason = "a trial template needs Linux's fork"
+        elif command is not None and not forkable(command, modules):
+            reason = "the sweep's command is not `python -m trainer` on this interpreter"
         if reason:
             self._notice(reason)
         else:
