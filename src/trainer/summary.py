@@ -45,6 +45,13 @@ class RunSummary:
     precision: str
     cpu: dict[str, Any]  # torch threads, inter-op threads, affinity, DataLoader workers
     torch: str  # torch.__version__
+    speed: dict[str, Any] = field(
+        default_factory=dict
+    )  # TF32, cuDNN benchmark, channels_last, optimizer kernel
+    data: dict[str, Any] = field(
+        default_factory=dict
+    )  # pipeline (memory | stream), stored size, augmentation
+    val_weights: str = "model"  # what val/* measured: model | ema (trainer.ema)
     paths: dict[str, Any] = field(default_factory=dict)  # see run_paths
     config: dict[str, Any] = field(default_factory=dict)  # the resolved run config
 
