@@ -27,6 +27,17 @@ class BatchTransform:
         self.mean, self.std, self.channels = list(mean), list(std), channels
         self.augment = augment
         self.memory_format = torch.contiguous_format  # channels_last when the model is
+        self._constants: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def _normalise(self, x: torch.Tensor) -> torch.Tensor:
+        """(x - mean) / std per channel, with the constants copied to the device once (v2's
+        normalize copies them every call, a host-device sync per batch on a GPU)."""
+        if x.device not in self._constants:
+            shape = (1, -1, 1, 1)
+            mean = torch.tensor(self.mean, device=x.device).view(shape)
+            self._constants[x.device] = (mean, torch.tensor(self.std, device=x.device).view(shape))
+        mean, std = self._constants[x.device]
+        return x.sub(mean).div_(std)
 
     def __call__(self, x: torch.Tensor, *, train: bool) -> torch.Tensor:
         from torchvision.transforms.v2 import functional as TF
@@ -40,7 +51,7 @@ class BatchTransform:
             x = aug.on_float(x, draw)
         if x.shape[1] != self.channels:
             x = x.expand(-1, self.channels, -1, -1)
-        x = TF.normalize(x, self.mean, self.std)
+        x = self._normalise(x)
         if aug is not None:
             x = aug.on_normalised(x, draw)
         return x.contiguous(memory_format=self.memory_format)
