@@ -71,6 +71,8 @@ def overrides(args: argparse.Namespace, root: Path, pipeline: str) -> list[str]:
         f"trainer.device={args.device}",
         f"trainer.precision={args.precision}",
         "trainer.log_every_n_steps=1000000",
+        f"trainer.num_threads={args.threads}",
+        *([f"model.width={args.width}"] if args.model == "small_cnn" else []),
     ]
 
 

@@ -63,6 +63,10 @@ def test_input_pipeline_compares_resident_and_streamed_batches(tmp_path):
     assert all(f["pipeline"][0] > 0 and f["trainer"][0] > 0 for f in figures.values())
     text = (tmp_path / "input_pipeline_cpu.md").read_text()
     assert "| memory |" in text and "| stream |" in text and "In-memory / streamed" in text
+    chosen = input_pipeline.overrides(
+        input_pipeline.parse([*args, "--threads", "1"]), tmp_path, "stream"
+    )
+    assert {"model.width=4", "trainer.num_threads=1", "data.pipeline=stream"} <= set(chosen)
 
 
 def test_gpu_suite_dry_run_prints_the_steps_on_any_machine(capsys):

@@ -144,18 +144,23 @@ def build_data(
         pin = pin_memory and device.type == "cuda"
         parts = (train_set, val_set, sampler, sizes, transforms, device, share)
         train, val = _streamed(*parts, workers=plan.workers, pin=pin)
-    c, h, w = plan.layout.channels, plan.layout.height, plan.layout.width
-    info = {
+    shape = (plan.layout.channels, plan.layout.height, plan.layout.width)
+    info = _info(cfg, plan, device, augment)
+    return DataBundle(train, val, splits.num_classes, shape, train_bs, sizes[1], info)
+
+
+def _info(cfg: DataConfig, plan: DataPlan, device: torch.device, augment: Augment | None):
+    """The `data` section of summary.json."""
+    return {
         "name": cfg.name,
         "pipeline": plan.pipeline,
         "stored_on": str(device) if plan.pipeline == "memory" else "host (DataLoader)",
         "stored_mb": round(plan.stored_mb, 1),
-        "stored_shape": [plan.layout.stored, h, w],
+        "stored_shape": [plan.layout.stored, plan.layout.height, plan.layout.width],
         "num_workers": plan.workers,
         "augment": cfg.augment,
         "augment_ops": augment.ops if augment is not None else [],
     }
-    return DataBundle(train, val, splits.num_classes, (c, h, w), train_bs, sizes[1], info)
 
 
 def _resident(train_set, val_set, sampler, sizes, transforms, device, share):

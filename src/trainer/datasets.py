@@ -202,6 +202,8 @@ def as_tensors(dataset: Dataset, workers: int) -> tuple[torch.Tensor, torch.Tens
     """Decode every sample of `dataset` once (in `workers` processes) into two tensors."""
     if isinstance(dataset, TensorDataset):
         return dataset.tensors[0], dataset.tensors[1]
+    if len(dataset) == 0:  # type: ignore[arg-type]  # build_data says which split is empty
+        return torch.empty(0, dtype=torch.uint8), torch.empty(0, dtype=torch.long)
     from torch.utils.data import DataLoader
 
     loader = DataLoader(dataset, batch_size=256, num_workers=workers)

@@ -179,8 +179,7 @@ def train_epoch(
 ) -> EpochResult | None:
     """Train until the epoch ends (returns its result) or a stop is requested (returns None;
     the running sums are left in `progress.partial` for the checkpoint). Loss and accuracy are
-    summed on the device and read once, at the end; `ema` (a WeightAverage) is updated after
-    every step."""
+    summed on the device and read once; `ema` (a WeightAverage) is updated after each step."""
     model.train()
     sums = _RunningSums(progress.partial, device)
     steps, first_step_s = 0, None
