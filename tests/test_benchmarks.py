@@ -57,7 +57,7 @@ def test_publish_and_out_exclude_each_other(capsys):
 
 
 def test_input_pipeline_compares_resident_and_streamed_batches(tmp_path):
-    args = ["--train", "256", "--test", "64", "--batch", "64", "--width", "4", "--rounds", "1"]
+    args = ["--train", "128", "--test", "32", "--batch", "32", "--width", "4", "--rounds", "1"]
     figures = input_pipeline.main([*args, "--augment", "standard", "--out", str(tmp_path)])
     assert set(figures) == {"memory", "stream"}
     assert all(f["pipeline"][0] > 0 and f["trainer"][0] > 0 for f in figures.values())
