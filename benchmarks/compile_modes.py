@@ -19,12 +19,15 @@ from pathlib import Path
 
 import torch
 
+from trainer import speed
 from trainer.compiling import apply_compile, torch_private
 from trainer.compiling.auto import timed_steps
-from trainer.config import CompileConfig, DataConfig, ModelConfig
+from trainer.config import CompileConfig, DataConfig, ModelConfig, OptimizerConfig
 from trainer.data import build_data
+from trainer.devices import grad_scaler, resolve_precision
 from trainer.loop import train_step
 from trainer.models import build_model, input_spec
+from trainer.optim import build_optimizer
 
 MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # CUDA graphs: nothing to gain on a CPU
@@ -40,6 +43,7 @@ class Measure:
     samples_per_s: list[float] = field(default_factory=list)
     graphs: int = 0
     recompiles: int = 0
+    cudagraph_skips: int = 0  # Inductor's count (CUDA-graph modes); 0 means graphs were used
     cache_hits: int = 0  # FX graph cache hits of the warm compile
 
 
@@ -52,6 +56,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated compile modes")
     p.add_argument("--backend", default="inductor", help="torch.compile backend")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
+    p.add_argument("--precision", default="32", help="32 | bf16-mixed | 16-mixed (autocast)")
     p.add_argument("--steps", type=int, default=20, help="timed steady steps per round")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps after the first")
     p.add_argument("--rounds", type=int, default=2, help="alternating rounds (medians reported)")
@@ -60,40 +65,49 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def batches_for(args: argparse.Namespace, model: str, device: torch.device):
-    channels, size = input_spec(ModelConfig(name=model))
+    channels, size = input_spec(ModelConfig(name=model, image_size=args.image_size))
     data_cfg = DataConfig(
         name=args.data,
         batch_size=args.batch,
         num_samples=args.batch * 4,
         image_shape=[3, args.image_size, args.image_size],
     )
-    data = build_data(data_cfg, channels=channels, size=size, seed=0, pin_memory=False)
-    batches = [(x.to(device), y.to(device)) for x, y in itertools.islice(data.train, 4)]
+    data = build_data(
+        data_cfg, channels=channels, size=size, seed=0, pin_memory=False, device=device
+    )
+    batches = list(itertools.islice(data.train, 4))  # on the device already
     return batches, data
 
 
-def one_compile(args, model_name, data, batches, mode, device) -> tuple[float, float, int, int]:
+def one_compile(
+    args, model_name, data, batches, mode, device
+) -> tuple[float, float, int, int, int]:
     """Build a fresh model (compiled when `mode` is set), take its first step, then the steady
-    steps. Returns (first step s, steady step s, graphs, recompiles after the first step)."""
+    steps. Returns (first step s, steady step s, graphs, recompiles after the first step,
+    CUDA-graph skips)."""
     counters = torch_private.counters()
 
     torch.manual_seed(0)
     in_ch, height, _ = data.sample_shape
     model = build_model(
-        ModelConfig(name=model_name),
+        ModelConfig(name=model_name, image_size=args.image_size),
         num_classes=data.num_classes,
         in_channels=in_ch,
         image_size=height,
     ).to(device)
+    # what training does by default: channels-last conv models on CUDA, fused SGD, TF32
+    if speed.maybe_channels_last(model, "auto", device):
+        batches = [(x.contiguous(memory_format=torch.channels_last), y) for x, y in batches]
     if mode is not None:
         apply_compile(model, compile_config=CompileConfig(mode=mode, backend=args.backend))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    optimizer = build_optimizer(OptimizerConfig(lr=0.01, weight_decay=0.0), model)
     feed = itertools.cycle(batches)
-    scaler = torch.amp.GradScaler(device.type, enabled=False)  # fp32, as training runs it
+    scaler = grad_scaler(args.precision, device)
+    dtype = resolve_precision(args.precision, device)
 
     def step() -> None:
         x, y = next(feed)
-        train_step(model, optimizer, scaler, x, y, device=device, dtype=None, grad_clip=None)
+        train_step(model, optimizer, scaler, x, y, device=device, dtype=dtype, grad_clip=None)
 
     counters.clear()
     (first,) = timed_steps(step, 1, device)
@@ -101,28 +115,29 @@ def one_compile(args, model_name, data, batches, mode, device) -> tuple[float, f
     timed_steps(step, args.warmup, device)
     steady = statistics.median(timed_steps(step, args.steps, device))
     graphs = int(counters["stats"]["unique_graphs"])
-    return first, steady, graphs, graphs - graphs_first
+    skips = int(counters["inductor"].get("cudagraph_skips", 0))
+    return first, steady, graphs, graphs - graphs_first, skips
 
 
 def measure(args, model_name, data, batches, mode, device, m: Measure) -> None:
     """One round of one variant: cold compile in a fresh cache, then a warm one."""
     counters = torch_private.counters()
     if mode is None:
-        first, steady, _, _ = one_compile(args, model_name, data, batches, None, device)
+        first, steady, *_ = one_compile(args, model_name, data, batches, None, device)
         m.samples_per_s.append(args.batch / steady)
         return
     with (
         torch_private.fresh_inductor_cache()
     ):  # an empty Inductor/AOTAutograd cache dir, removed afterwards
         torch.compiler.reset()
-        first, steady, m.graphs, m.recompiles = one_compile(
+        first, steady, m.graphs, m.recompiles, m.cudagraph_skips = one_compile(
             args, model_name, data, batches, mode, device
         )
         m.cold_s.append(max(first - steady, 0.0))
         m.samples_per_s.append(args.batch / steady)
         torch.compiler.reset()
         torch_private.clear_inductor_memory_caches()  # in-memory caches only: the on-disk cache stays warm
-        first, steady, _, _ = one_compile(args, model_name, data, batches, mode, device)
+        first, steady, *_ = one_compile(args, model_name, data, batches, mode, device)
         m.warm_s.append(max(first - steady, 0.0))
         m.cache_hits = int(counters["inductor"].get("fxgraph_cache_hit", 0))
     torch.compiler.reset()
@@ -131,13 +146,14 @@ def measure(args, model_name, data, batches, mode, device, m: Measure) -> None:
 def table(results: dict[str, dict[str, Measure]], args, notes: list[str]) -> str:
     med = statistics.median
     lines = [
-        f"Training step, batch {args.batch}, data `{args.data}`, backend `{args.backend}`, "
-        f"device `{args.device}`, torch {torch.__version__}; medians of {args.rounds} "
+        f"Training step, batch {args.batch}, {args.image_size}×{args.image_size} images, data "
+        f"`{args.data}`, precision `{args.precision}`, backend `{args.backend}`, device "
+        f"`{args.device}`, torch {torch.__version__}; medians of {args.rounds} "
         f"alternating round(s), {args.steps} timed steps each.",
         "",
         "| model | variant | cold compile s | warm compile s | steady samples/s | vs eager "
-        "| graphs | recompiles |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| graphs | recompiles | cudagraph skips |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for model_name, variants in results.items():
         eager = med(variants["eager"].samples_per_s)
@@ -147,7 +163,7 @@ def table(results: dict[str, dict[str, Measure]], args, notes: list[str]) -> str
             warm = f"{med(m.warm_s):.1f}" if m.warm_s else "-"
             lines.append(
                 f"| {model_name} | {name} | {cold} | {warm} | {sps:,.0f} | {sps / eager:.2f}× "
-                f"| {m.graphs} | {m.recompiles} |"
+                f"| {m.graphs} | {m.recompiles} | {m.cudagraph_skips} |"
             )
     lines += ["", *(f"- {note}" for note in notes)]
     return "\n".join(lines) + "\n"
@@ -216,6 +232,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Measure]]:
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         sys.exit("error: --device cuda but torch sees no CUDA device; use --device cpu.")
+    speed.apply_backend_flags(tf32=True, cudnn_benchmark=True, device=device)  # as training
     notes: list[str] = []
     modes = [m for m in args.modes.split(",") if m]
     if device.type != "cuda":

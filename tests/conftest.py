@@ -25,8 +25,9 @@ os.environ.setdefault("WANDB_DISABLE_GIT", "true")
 os.environ["TRAINER_CACHE_DIR"] = str(CACHE)
 os.environ.pop("WANDB_SWEEP_PARAM_PATH", None)
 
-# Fast settings for tests that are not about the model or compile.
-FAST = ["compile=off", "logger=none", "trainer.max_epochs=2"]
+# Fast settings for tests that are not about the model or compile; on the CPU, also on a GPU
+# host (the bit-exact resume tests assume it).
+FAST = ["compile=off", "logger=none", "trainer.max_epochs=2", "trainer.device=cpu"]
 
 
 def make_cfg(*overrides: str) -> DictConfig:

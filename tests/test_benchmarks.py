@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from benchmarks import compile_modes, destination, overhead
+from benchmarks import compile_modes, destination, gpu_suite, input_pipeline, overhead
 
 
 def test_compile_modes_writes_table_json_and_chart(tmp_path):
@@ -63,3 +63,51 @@ def test_sweep_overhead_writes_its_table(tmp_path):
     sweep_overhead.main(argv)
     text = (tmp_path / "sweep_overhead.md").read_text()
     assert "| template |" in text and text.count("| finished |") == 2
+
+
+def test_input_pipeline_compares_resident_and_streamed_batches(tmp_path):
+    args = ["--train", "128", "--test", "32", "--batch", "32", "--width", "4", "--rounds", "1"]
+    figures = input_pipeline.main([*args, "--augment", "standard", "--out", str(tmp_path)])
+    assert set(figures) == {"memory", "stream"}
+    assert all(f["pipeline"][0] > 0 and f["trainer"][0] > 0 for f in figures.values())
+    text = (tmp_path / "input_pipeline_cpu.md").read_text()
+    assert "| memory |" in text and "| stream |" in text and "In-memory / streamed" in text
+    chosen = input_pipeline.overrides(
+        input_pipeline.parse([*args, "--threads", "1"]), tmp_path, "stream"
+    )
+    assert {"model.width=4", "trainer.num_threads=1", "data.pipeline=stream"} <= set(chosen)
+
+
+def test_gpu_suite_dry_run_prints_the_steps_on_any_machine(capsys):
+    assert gpu_suite.main(["--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "at most 470 s" in out and "gpu_<device name>.md" in out
+    assert "python -m pytest -m gpu" in out and "python -m benchmarks.overhead --device cuda" in out
+    assert "--models resnet50 --image-size 224" in out and "--augment standard" in out
+    assert sum(s.timeout_s for s in gpu_suite.steps()) <= 8 * 60
+
+
+def test_gpu_suite_report_checks_the_targets(tmp_path):
+    suite = gpu_suite.steps()
+    folders = [tmp_path / str(i) for i in range(len(suite))]
+    for folder in folders:
+        folder.mkdir()
+    suite[0].output, suite[0].status = "5 passed, 1 skipped in 99.0s", "ok"
+
+    def rows(model, variants):
+        doc = {model: {k: {"samples_per_s": [v], "recompiles": 0, "cudagraph_skips": 0}
+                       for k, v in variants.items()}}  # fmt: skip
+        return json.dumps(doc)
+
+    (folders[1] / "compile_modes_cuda.json").write_text(
+        rows("resnet50", {"eager": 1000.0, "default": 1500.0, "reduce-overhead": 1600.0})
+    )
+    (folders[2] / "compile_modes_cuda.json").write_text(rows("resnet50", {"eager": 990.0}))
+    (folders[4] / "overhead_cuda.md").write_text("Ratio trainer / bare: **0.990** (meets).")
+    text = gpu_suite.report("NVIDIA H200", suite, folders, "2.x")
+    assert "resnet50 bf16 compiled (reduce-overhead) / eager: 1.60× (meets 1.43×)" in text
+    assert "0 recompiles, 0 CUDA-graph skips" in text and "0.990 (meets 0.98)" in text
+    assert (
+        "`5 passed, 1 skipped in 99.0s`" in text
+        and gpu_suite.device_slug("NVIDIA H200") == "nvidia_h200"
+    )

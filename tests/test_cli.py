@@ -112,6 +112,7 @@ def test_sigterm_saves_and_resume_matches_uninterrupted(tmp_path):
         "compile=off",
         "data.batch_size=4",
         "trainer.max_epochs=6",
+        "trainer.device=cpu",  # bit-exact on the CPU, also on a GPU host
     ]
     run_dir = tmp_path / "interrupted"
     proc = subprocess.Popen(

@@ -1,5 +1,5 @@
 """Compiled runs end to end: graph counts over a standard run, the compiled optimizer under a
-scheduler, the persistent cache across processes, compile=auto, and CUDA-only modes."""
+scheduler, the persistent cache across processes, compile=auto (CUDA-only modes: test_gpu.py)."""
 
 from __future__ import annotations
 
@@ -83,25 +83,3 @@ def test_auto_chooses_eager_for_small_cnn_on_this_cpu(cfg_factory, tmp_path):
     assert auto["planned_steps"] == 2 * (1437 // 64)
     assert auto["compile_cost_s"] > 0 and auto["eager_step_s"] > 0
     assert comp["graphs"] == 0  # the measuring copy's compiled code was forgotten
-
-
-@pytest.mark.gpu
-def test_reduce_overhead_uses_cuda_graphs_on_cuda(cfg_factory, tmp_path):
-    cfg = cfg_factory(
-        "compile=reduce-overhead", "logger=none", "trainer.max_epochs=2", "trainer.device=cuda"
-    )
-    result = run(cfg, run_dir=tmp_path)
-    comp = _summary(tmp_path)["compile"]
-    assert comp["graphs"] == 2 and comp["recompiles"] == 0
-    assert comp["cudagraph_skips"] == 0, comp["cudagraph_skip_reasons"]
-    assert result["val/acc"] > 0.5
-
-
-@pytest.mark.gpu
-def test_max_autotune_on_cuda(cfg_factory, tmp_path):
-    cfg = cfg_factory(
-        "compile=max-autotune", "logger=none", "trainer.max_epochs=1", "trainer.device=cuda"
-    )
-    run(cfg, run_dir=tmp_path)
-    comp = _summary(tmp_path)["compile"]
-    assert comp["enabled"] and comp["mode"] == "max-autotune" and comp["recompiles"] == 0

@@ -120,7 +120,7 @@ def test_group_yamls_say_only_what_differs_from_the_schema():
 
 def test_a_group_option_composes_over_the_schema_defaults():
     cfg = make_cfg("data=cifar10", "model=resnet18")
-    assert cfg.data.name == "cifar10" and cfg.data.num_workers == 2
+    assert cfg.data.name == "cifar10" and cfg.data.num_workers == "auto"
     assert cfg.data.batch_size == _schema_defaults("data")["batch_size"]  # from the schema
     assert cfg.model.image_size == 32 and cfg.model.width == _schema_defaults("model")["width"]
     assert set(cfg.trainer) == set(_schema_defaults("trainer"))

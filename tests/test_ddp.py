@@ -22,7 +22,7 @@ from trainer.data import build_data
 from trainer.models import SmallCNN
 from trainer.run import run
 
-EAGER = ["compile=off", "logger=none"]
+EAGER = ["compile=off", "logger=none", "trainer.device=cpu"]  # Gloo on the CPU, also on a GPU host
 # One rank's batch-norm statistics come from half the global batch, so the runs are close,
 # not equal; a wrong sharding (every rank on all data, batches not divided) misses by far more.
 TOLERANCE = {"train/acc": 0.03, "val/acc": 0.03, "train/loss": 0.06, "val/loss": 0.06}
@@ -72,7 +72,7 @@ def test_global_batches_hold_the_same_samples_at_any_world_size():
         assert sorted(merged.tolist()) == sorted(whole[1].tolist())
         assert sum(p[0].shape[0] for p in parts) == whole[0].shape[0] == 64
     val = [sum(len(y) for _, y in b.val) for b in ranks]
-    assert sum(val) == len(one.val.dataset) and ranks[0].eval_batch_size == 32
+    assert sum(val) == one.val.num_samples and ranks[0].eval_batch_size == 32
 
 
 def test_batch_must_divide_among_ranks():
@@ -96,7 +96,10 @@ def test_ddp_outside_torchrun_is_a_config_error(tmp_path, monkeypatch):
 
 def test_ddp_matches_single_writes_once_and_resumes_single(single, tmp_path):
     out = tmp_path / "out"
-    done = torchrun("compile=off", "trainer.max_epochs=1", env={"TRAINER_OUTPUT_DIR": str(out)})
+    done = torchrun(
+        "compile=off", "trainer.device=cpu", "trainer.max_epochs=1",
+        env={"TRAINER_OUTPUT_DIR": str(out)},
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     (run_dir,) = out.glob("runs/*/*")  # every rank agreed on one run directory
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -122,6 +125,7 @@ def test_single_checkpoint_resumes_under_compiled_ddp(single, tmp_path):
     done = torchrun(
         "compile.backend=aot_eager",
         "logger=none",
+        "trainer.device=cpu",
         "trainer.max_epochs=2",
         "trainer.resume=auto",
         f"hydra.run.dir={run_dir}",

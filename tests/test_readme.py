@@ -57,6 +57,15 @@ COMMANDS: dict[str, Run | NotRun] = {
         "bf16 mixed precision is for a GPU: test_cli.py::test_bf16_where_the_device_cannot"
     ),
     "python -m trainer trainer.num_threads=4": Run("overrides"),
+    "python -m trainer data=fake data.augment=strong trainer.label_smoothing=0.1 "
+    "trainer.ema=0.999": Run("fast", f"{SMALL} data.num_samples=128 model.width=8"),
+    "python -m trainer model=resnet18 data=cifar10 data.root=~/data trainer.precision=bf16-mixed "
+    "compile=reduce-overhead data.augment=standard trainer.label_smoothing=0.1 trainer.ema=0.999 "
+    "scheduler=cosine trainer.max_epochs=30": NotRun(
+        "needs CIFAR-10 and a GPU; its keys run on the CPU in test_scenario_fast and "
+        "test_recipe.py, on CUDA in test_gpu.py::test_bf16_training_with_the_fast_settings and "
+        "test_reduce_overhead_records_cuda_graphs_once_then_only_replays"
+    ),
     "python -m trainer logger=none": Run("single"),
     "python -m trainer logger.mode=online logger.project=myproj": NotRun(
         "needs a W&B account and a network"
@@ -172,6 +181,16 @@ COMMANDS: dict[str, Run | NotRun] = {
         "a benchmark of minutes on an idle machine; test_benchmarks.py runs it reduced"
     ),
     "python -m benchmarks.overhead --device cuda --model resnet18": NotRun("needs a GPU"),
+    "python -m benchmarks.input_pipeline": NotRun(
+        "a benchmark of minutes on an idle machine; test_benchmarks.py runs it reduced"
+    ),
+    "python -m benchmarks.input_pipeline --device cuda --format fashion_mnist --model resnet18 "
+    "--augment standard --precision bf16-mixed --batch 512": NotRun("needs a GPU"),
+    "python -m benchmarks.gpu_suite --dry-run": NotRun(
+        "run in-process (the benchmarks package is not installed, so a shell outside the "
+        "checkout lacks it): test_benchmarks.py::test_gpu_suite_dry_run_prints_the_steps_on_any_machine"
+    ),
+    "python -m benchmarks.gpu_suite": NotRun("needs a GPU; its report: test_benchmarks.py"),
     "python -m benchmarks.bayes_parity": NotRun(
         "a benchmark of minutes; test_bayes_benchmark.py runs it reduced"
     ),
@@ -285,6 +304,20 @@ def test_scenario_overrides(shell):
     _type(shell, "python -m trainer trainer.num_threads=4")
     assert _summary(shell.runs()[-1])["cpu"]["threads"] == 4
     _all_typed("test_scenario_overrides")
+
+
+def test_scenario_fast(shell):
+    """Augmentation, label smoothing and EMA on the CPU: summary.json says what it did."""
+    _type(
+        shell,
+        "python -m trainer data=fake data.augment=strong trainer.label_smoothing=0.1 "
+        "trainer.ema=0.999",
+    )
+    doc = _summary(shell.runs()[-1])
+    assert doc["val_weights"] == "ema" and doc["data"]["pipeline"] == "memory"
+    assert "random_erasing(p=0.25)" in doc["data"]["augment_ops"]
+    assert doc["config"]["trainer"]["label_smoothing"] == 0.1
+    _all_typed("test_scenario_fast")
 
 
 def test_scenario_multirun(shell):

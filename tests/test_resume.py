@@ -18,7 +18,8 @@ from tests.test_cli import _wait_for
 from trainer.config import ConfigError
 from trainer.run import run
 
-ARGS = ["compile=off", "data.batch_size=4", "trainer.max_epochs=2"]  # ~360 steps per epoch
+# ~360 steps per epoch; on the CPU, also on a GPU host (bit-exact resume)
+ARGS = ["compile=off", "data.batch_size=4", "trainer.max_epochs=2", "trainer.device=cpu"]
 
 
 def test_sigint_then_resume_auto_continues_the_same_wandb_run(tmp_path):

@@ -17,6 +17,7 @@ from torch import nn
 
 from trainer.config import ConfigError
 from trainer.loop import Progress
+from trainer.optim import keep_kernel
 
 log = logging.getLogger(__name__)
 
@@ -185,10 +186,16 @@ class TrainState:
     num_classes: int
     sample_shape: tuple[int, ...]
     config: dict[str, Any]  # the resolved run config
+    ema: Any = None  # trainer.ema's WeightAverage: saved as `ema`, loads into a plain model
+    augment: Any = None  # data.augment's generators: their states go in the checkpoint
 
     def payload(self) -> dict[str, Any]:
         """The checkpoint dict: tensors and plain values only."""
+        extra = {"ema": self.ema.state_dict()} if self.ema is not None else {}
+        if self.augment is not None:
+            extra["augment_rng"] = self.augment.state_dict()
         return {
+            **extra,
             "model": unwrap(self.model).state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
@@ -208,10 +215,18 @@ class TrainState:
         """Load `path` (trainer.resume) into every object, RNG states included."""
         state = load(path, key="trainer.resume")
         load_model_state(self.model, state["model"], source=str(path), key="trainer.resume")
-        for name in ("optimizer", "scheduler", "scaler"):
+        if state.get("optimizer") is not None:
+            keep_kernel(self.optimizer, state["optimizer"])
+        for name in ("scheduler", "scaler"):
             target = getattr(self, name)
             if target is not None and state.get(name) is not None:
                 target.load_state_dict(state[name])
+        if self.ema is not None:  # an EMA switched on at resume starts from the weights
+            self.ema.load_state_dict(
+                state.get("ema") or clean_state_dict(state["model"]), source=str(path)
+            )
+        if self.augment is not None and "augment_rng" in state:
+            self.augment.load_state_dict(state["augment_rng"])
         if "progress" in state:
             self.progress = Progress(**state["progress"])
             if not is_main:  # the saved partial sums are global; rank 0 carries them

@@ -6,56 +6,27 @@
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from trainer.errors import TrainerError
+from trainer.config_rules import ConfigError, auto_or_count, flatten  # noqa: F401 (re-exported)
+from trainer.config_rules import check as _check
+from trainer.config_rules import one_of as _one_of
+from trainer.config_rules import positive as _positive
 
 PRECISIONS = ("32", "bf16-mixed", "16-mixed")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DATASETS = ("digits", "fake", "cifar10", "mnist", "fashion_mnist", "imagefolder")
 OPTIMIZERS = ("sgd", "adamw")
+OPTIMIZER_KERNELS = ("auto", "fused", "foreach", "for-loop")
 SCHEDULERS = ("none", "cosine", "step")
 LOGGER_MODES = ("offline", "online", "disabled")
 STRATEGIES = ("single", "ddp")
 COMPILE_TARGETS = ("model", "blocks")
-
-
-class ConfigError(TrainerError, ValueError):
-    """A configuration problem; the message says which override fixes it (exit code 2)."""
-
-
-def _check(ok: bool, message: str) -> None:
-    if not ok:
-        raise ConfigError(message)
-
-
-def _one_of(key: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        close = difflib.get_close_matches(str(value), allowed, n=1)
-        hint = f" Did you mean {key}={close[0]}?" if close else ""
-        raise ConfigError(
-            f"{key}={value!r} is not supported; choose one of {', '.join(allowed)}.{hint}"
-        )
-
-
-def _positive(key: str, value: float | int | None) -> None:
-    _check(value is None or value > 0, f"{key} must be positive, got {value}; set {key}=<n > 0>.")
-
-
-def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"a": {"b": 1}} -> {"a.b": 1}; lists stay values."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            flat.update(flatten(value, f"{name}."))
-        else:
-            flat[name] = value
-    return flat
+AUGMENTS = ("none", "standard", "strong")
+PIPELINES = ("auto", "memory", "stream")
 
 
 # Environment variables override each directory; relative paths are relative to the working dir.
@@ -80,7 +51,10 @@ class DataConfig:
     download: bool = False  # fetch a torchvision data set into root (needs network)
     batch_size: int = 64  # samples per optimizer step, over all ranks (ddp: divisible by them)
     eval_batch_size: int | None = None  # samples per evaluation step, over all ranks
-    num_workers: int = 0  # DataLoader worker processes (0: load in the main process)
+    num_workers: Any = "auto"  # streamed sets' DataLoader workers: auto (CPU share - 1, <= 8) | n
+    pipeline: str = "auto"  # auto (memory when it fits in_memory_max_mb) | memory | stream
+    in_memory_max_mb: int = 2048  # pipeline=auto: decoded uint8 size (MB) kept on the device
+    augment: str = "none"  # training batches only: none | standard | strong (per data set)
     val_fraction: float = 0.2  # share held out where the set has no split
     split_seed: int = 0  # seed of the train/val split, independent of trainer.seed
     num_samples: int = 1024  # fake: training images (validation gets a quarter)
@@ -96,7 +70,10 @@ class DataConfig:
         )
         _positive("data.batch_size", self.batch_size)
         _positive("data.eval_batch_size", self.eval_batch_size)
-        _check(self.num_workers >= 0, "data.num_workers must be >= 0.")
+        auto_or_count("data.num_workers", self.num_workers, minimum=0, example="e.g. 4")
+        _one_of("data.pipeline", self.pipeline, PIPELINES)
+        _positive("data.in_memory_max_mb", self.in_memory_max_mb)
+        _one_of("data.augment", self.augment, AUGMENTS)
         _check(
             0.0 < self.val_fraction < 1.0,
             f"data.val_fraction={self.val_fraction} must lie strictly between 0 and 1.",
@@ -132,11 +109,13 @@ class OptimizerConfig:
     nesterov: bool = False  # sgd only
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # adamw only
     eps: float = 1e-8  # adamw only
+    kernel: str = "auto"  # auto (fused where torch has it, foreach under compile.optimizer) | fused | foreach | for-loop
 
     def __post_init__(self) -> None:
         _one_of("optimizer", self.name, OPTIMIZERS)
         _positive("optimizer.lr", self.lr)
         _check(self.weight_decay >= 0, "optimizer.weight_decay must be >= 0.")
+        _one_of("optimizer.kernel", self.kernel, OPTIMIZER_KERNELS)
 
 
 @dataclass
@@ -194,12 +173,21 @@ class TrainerConfig:
     log_every_n_steps: int = 10  # steps between progress refreshes
     strategy: str = "single"  # single | ddp (one process per device, torchrun)
     num_threads: Any = "auto"  # torch threads: auto (the CPUs this process may use) | n
+    tf32: bool = True  # CUDA: TF32 matmuls and convolutions (Ampere or newer); false: full fp32
+    cudnn_benchmark: bool = True  # CUDA: cuDNN times its convolution algorithms, keeps the fastest
+    channels_last: Any = "auto"  # auto (conv models on CUDA) | true | false: NHWC model and inputs
+    label_smoothing: float = 0.0  # training loss only, in [0, 1); validation loss never smooths
+    ema: float | None = None  # decay of an exponential moving average of the weights (0.999)
 
     def __post_init__(self) -> None:
-        n = self.num_threads  # auto, or a positive int (not a bool)
-        _check(n == "auto" or (type(n) is int and n > 0), f"trainer.num_threads={n!r} must be "
-               "auto (this process's CPUs, or its sweep agent's share) or a positive number of "
-               "threads; set trainer.num_threads=auto.")  # fmt: skip
+        auto_or_count("trainer.num_threads", self.num_threads, minimum=1, example="set "
+                      "trainer.num_threads=auto (this process's CPUs, or its agent's share)")  # fmt: skip
+        _check(self.channels_last in ("auto", True, False), f"trainer.channels_last="
+               f"{self.channels_last!r} must be auto, true or false.")  # fmt: skip
+        _check(0.0 <= self.label_smoothing < 1.0, f"trainer.label_smoothing="
+               f"{self.label_smoothing} must lie in [0, 1), e.g. 0.1.")  # fmt: skip
+        _check(self.ema is None or 0.0 < self.ema < 1.0, f"trainer.ema={self.ema} must lie "
+               "strictly between 0 and 1 (e.g. 0.999), or be null for no EMA.")  # fmt: skip
         _positive("trainer.max_epochs", self.max_epochs)
         _positive("trainer.max_steps", self.max_steps)
         _positive("trainer.grad_clip", self.grad_clip)

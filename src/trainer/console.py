@@ -130,6 +130,21 @@ def _compile_rows(table: Table, summary: RunSummary) -> None:
         )
 
 
+def _speed_rows(table: Table, summary: RunSummary) -> None:
+    """Where the data lived, what augmented it, which weights val/* measured, the GPU settings."""
+    data, speed = summary.data, summary.speed
+    if data:
+        ops = ", ".join(data["augment_ops"]) or "none"
+        table.add_row("data", f"{data['pipeline']} ({data['stored_on']}), augment: {ops}")
+    if summary.val_weights != "model":
+        table.add_row("val/* weights", f"{summary.val_weights} (trainer.ema)")
+    if speed:
+        on = [k for k in ("tf32", "cudnn_benchmark", "channels_last") if speed.get(k)]
+        table.add_row(
+            "speed", f"{', '.join(on) or 'fp32 defaults'}; {speed['optimizer_kernel']} optimizer"
+        )
+
+
 def print_paths(rows: list[tuple[str, Any]]) -> None:
     """Paths on lines of their own, never folded: a terminal may wrap them, but a copy of the
     line is the whole path."""
@@ -156,6 +171,7 @@ def print_summary(summary: RunSummary) -> None:
     table.add_row("steady samples/s", _fmt(perf["samples_per_s"]))
     table.add_row("steady step", f"{_fmt(perf['step_ms'])} ms")
     table.add_row("device / precision", f"{summary.device} / {summary.precision}")
+    _speed_rows(table, summary)
     Console(soft_wrap=True).print(table)
     paths = summary.paths
     rows = [("checkpoint", paths["checkpoint"]), ("summary", paths["summary"])]

@@ -67,13 +67,16 @@ def _load(cfg: DictConfig) -> tuple[str, EvalConfig, dict[str, Any], TrainConfig
 
 def _build(conf: TrainConfig, state: dict[str, Any], source: str, device: Any):
     """The validation data and the checkpoint's model on `device`, in eval mode."""
+    import torch
+
     from trainer import checkpoint as ckpt
+    from trainer import speed
     from trainer.data import build_data
     from trainer.models import build_model, input_spec
 
     channels, size = input_spec(conf.model)
     data = build_data(
-        conf.data, channels=channels, size=size, seed=0, pin_memory=device.type == "cuda"
+        conf.data, channels=channels, size=size, seed=0, pin_memory=True, device=device
     )
     if data.num_classes != state["num_classes"]:
         raise ConfigError(
@@ -85,8 +88,13 @@ def _build(conf: TrainConfig, state: dict[str, Any], source: str, device: Any):
     model = build_model(
         conf.model, num_classes=state["num_classes"], in_channels=in_ch, image_size=height
     )
-    ckpt.load_model_state(model, state["model"], source=source, key="checkpoint")
-    return data, model.to(device).eval()
+    # a run with trainer.ema measured val/* on the average: evaluate those weights too
+    weights = state["ema"] if state.get("ema") is not None else state["model"]
+    ckpt.load_model_state(model, weights, source=source, key="checkpoint")
+    model = model.to(device).eval()
+    if speed.maybe_channels_last(model, conf.trainer.channels_last, device):
+        data.set_memory_format(torch.channels_last)
+    return data, model
 
 
 def measure_latency(model, batches: list, *, device, dtype, warmup: int, steps: int):
@@ -115,7 +123,7 @@ def measure_latency(model, batches: list, *, device, dtype, warmup: int, steps: 
 
 def evaluate_checkpoint(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, Any]:
     """Evaluate `cfg.checkpoint` as `cfg` says; return (and write) the report."""
-    from trainer import compiling, devices
+    from trainer import compiling, devices, speed
     from trainer.console import print_evaluation
     from trainer.loop import evaluate, pad_batch
     from trainer.run import resolve_run_dir
@@ -125,6 +133,8 @@ def evaluate_checkpoint(cfg: DictConfig, *, run_dir: str | Path | None = None) -
     out.mkdir(parents=True, exist_ok=True)
     device = devices.resolve_device(ev.device, key="eval.device")
     dtype = devices.resolve_precision(ev.precision, device, key="eval.precision")
+    t = conf.trainer
+    speed.apply_backend_flags(tf32=t.tf32, cudnn_benchmark=t.cudnn_benchmark, device=device)
     compiling.reset()
     data, model = _build(conf, state, source, device)
     compiling.apply_compile(model, compile_config=conf.compile)
@@ -136,6 +146,7 @@ def evaluate_checkpoint(cfg: DictConfig, *, run_dir: str | Path | None = None) -
     )
     result = evaluate(model, data.val, device=device, dtype=dtype, batch_size=batch_size)
     report = _report(source, conf, ev, device, batch_size, first_call, times, result)
+    report["weights"] = "ema" if state.get("ema") is not None else "model"  # trainer.ema's
     report["paths"] = {"run_dir": str(out), "report": str(out / REPORT)}
     write_text_atomic(out / REPORT, json.dumps(report, indent=2))
     print_evaluation(report)

@@ -4,6 +4,7 @@ checkpoint. `Job` holds what a fit works on; `summarise` turns it into the `RunS
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -58,6 +59,7 @@ class Job:
     layout: RunLayout
     tracker: Tracker
     cpu: dict[str, Any] = field(default_factory=dict)  # threads and cores used (cpu_share)
+    speed: dict[str, Any] = field(default_factory=dict)  # what speed.py and optim applied
     timing: Timing = field(default_factory=Timing)
     started: float = field(default_factory=time.perf_counter)
     loop_started_at: float = field(default_factory=time.time)  # wall clock, for sweep agents
@@ -103,19 +105,23 @@ def train_and_evaluate(job: Job, stop: Any, view: ProgressView) -> dict[str, flo
         stop=stop,
         time_first_step=job.timing.first_step_s is None,
         on_step=_StepReport(view, p, t.log_every_n_steps) if view.enabled else None,
+        label_smoothing=t.label_smoothing,
+        ema=st.ema,
     )
     if result is None:
         return None
     means = {"loss": result.loss, "acc": result.acc}
     train, _ = distributed.reduce_mean(job.ctx, means, result.samples, job.device)
     steady = job.timing.observe_train(result.first_step_s, result.steady_s, result.steady_steps)
-    ev = evaluate(  # the inner module: ranks see different numbers of val batches
-        st.model,
-        job.data.val,
-        device=job.device,
-        dtype=job.dtype,
-        batch_size=job.data.eval_batch_size,
-    )
+    # trainer.ema: the average is evaluated, swapped into the same (compiled) model in place
+    with st.ema.swapped() if st.ema is not None else contextlib.nullcontext():
+        ev = evaluate(  # the inner module: ranks see different numbers of val batches
+            st.model,
+            job.data.val,
+            device=job.device,
+            dtype=job.dtype,
+            batch_size=job.data.eval_batch_size,
+        )
     val, _ = distributed.reduce_mean(
         job.ctx, {"loss": ev.loss, "acc": ev.acc}, ev.samples, job.device
     )
@@ -233,6 +239,9 @@ def summarise(job: Job, status: str) -> RunSummary:
         cpu=job.cpu,
         torch=torch.__version__,
         cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        speed=job.speed,
+        data=job.data.info,
+        val_weights="model" if job.state.ema is None else "ema",
         paths=run_paths(
             job.layout, wandb_run_dir=job.tracker.run_dir, wandb_run_id=job.tracker.run_id
         ),

@@ -15,7 +15,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader
 
 from trainer.devices import sync
 
@@ -84,8 +83,12 @@ def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.Abst
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
-def _batches(loader: DataLoader, skip: int) -> Iterator[tuple[int, Any]]:
-    """Enumerate the loader, skipping the `skip` batches a resumed epoch already trained on."""
+def _batches(loader: Any, skip: int) -> Iterator[tuple[int, Any]]:
+    """Enumerate the loader, skipping the `skip` batches a resumed epoch already trained on
+    (the trainer's batches skip them without producing or augmenting them)."""
+    if hasattr(loader, "iterate"):
+        yield from enumerate(loader.iterate(skip), start=skip)
+        return
     for index, batch in enumerate(loader):
         if index >= skip:
             yield index, batch
@@ -101,13 +104,15 @@ def train_step(
     device: torch.device,
     dtype: torch.dtype | None,
     grad_clip: float | None,
+    label_smoothing: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One optimizer step as training runs it: forward under autocast, cross-entropy in fp32,
-    scaled backward, optional gradient clipping, step; returns (loss, logits). compile=auto
-    times this very function, so it measures the graph training runs."""
+    """One optimizer step as training runs it: forward under autocast, cross-entropy in fp32
+    (label-smoothed when asked), scaled backward, optional gradient clipping, step; returns
+    (loss, logits) as device tensors, never read here (no host-device sync). compile=auto times
+    this very function, so it measures the graph training runs."""
     with autocast(device, dtype):
         logits = model(x)
-        loss = F.cross_entropy(logits.float(), y)
+        loss = F.cross_entropy(logits.float(), y, label_smoothing=label_smoothing)
     scaler.scale(loss).backward()
     if grad_clip is not None:
         scaler.unscale_(optimizer)
@@ -157,7 +162,7 @@ def _epoch_result(totals: dict[str, float], progress: Progress, **timing: Any) -
 
 def train_epoch(
     model: nn.Module,
-    loader: DataLoader,
+    loader: Any,
     optimizer: torch.optim.Optimizer,
     scaler: torch.amp.GradScaler,
     *,
@@ -169,9 +174,12 @@ def train_epoch(
     stop: GracefulStop,
     time_first_step: bool,
     on_step: Callable[[int, torch.Tensor], None] | None = None,
+    label_smoothing: float = 0.0,
+    ema: Any = None,
 ) -> EpochResult | None:
     """Train until the epoch ends (returns its result) or a stop is requested (returns None;
-    the running sums are left in `progress.partial` for the checkpoint)."""
+    the running sums are left in `progress.partial` for the checkpoint). Loss and accuracy are
+    summed on the device and read once; `ema` (a WeightAverage) is updated after each step."""
     model.train()
     sums = _RunningSums(progress.partial, device)
     steps, first_step_s = 0, None
@@ -185,9 +193,12 @@ def train_epoch(
             start = time.perf_counter()
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         loss, logits = train_step(
-            model, optimizer, scaler, x, y, device=device, dtype=dtype, grad_clip=grad_clip
-        )
+            model, optimizer, scaler, x, y, device=device, dtype=dtype, grad_clip=grad_clip,
+            label_smoothing=label_smoothing,
+        )  # fmt: skip
         sums.add(loss, logits, y)
+        if ema is not None:
+            ema.update(progress.step + 1)
         steps, progress.step, progress.batches_done = steps + 1, progress.step + 1, index + 1
         if timed:
             sync(device)
@@ -234,7 +245,7 @@ class EvalResult:
 @torch.no_grad()
 def evaluate(
     model: nn.Module,
-    loader: DataLoader,
+    loader: Any,
     *,
     device: torch.device,
     dtype: torch.dtype | None,

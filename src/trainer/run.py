@@ -14,17 +14,18 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from trainer import compiling, devices, distributed, threads
+from trainer import compiling, devices, distributed, speed, threads
 from trainer.checkpoint import TrainState
 from trainer.compiling.auto import StepRecipe, maybe_decide, planned_steps
 from trainer.config import ConfigError, TrainConfig, TrainerConfig, flatten, validate
 from trainer.console import print_summary
-from trainer.data import DataBundle, build_data
+from trainer.data import DataBundle, DataPlan, build_data, plan_data
+from trainer.ema import maybe_average
 from trainer.fit import Interrupted, Job, fit, summarise
 from trainer.layout import RunLayout
 from trainer.loop import Progress
 from trainer.models import build_model, input_spec
-from trainer.optim import build_optimizer, build_scheduler
+from trainer.optim import build_optimizer, build_scheduler, kernel_name
 from trainer.summary import RunSummary
 from trainer.tracking import Tracker, start_tracker
 
@@ -37,32 +38,24 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
     """Train and evaluate as `cfg` says; return the last epoch's metrics plus `best`."""
     conf = validate(cfg)  # every check that needs no data, before anything is built
     t = conf.trainer
-    cpu = threads.apply(t.num_threads, conf.data.num_workers)  # before any parallel work
+    plan = plan_data(conf.data, *input_spec(conf.model))  # memory or stream: no decoding yet
+    cpu = threads.apply(t.num_threads, plan.workers)  # before any parallel work
     ctx = distributed.setup(t)  # trainer.strategy=ddp: this rank of torchrun's process group
     layout = RunLayout(distributed.agree_run_dir(ctx, resolve_run_dir(run_dir)))
     layout.root.mkdir(parents=True, exist_ok=True)
     device = ctx.device or devices.resolve_device(t.device)
     dtype = devices.resolve_precision(t.precision, device)
+    flags = speed.apply_backend_flags(tf32=t.tf32, cudnn_benchmark=t.cudnn_benchmark, device=device)
     compiling.configure_cache(conf.compile)  # before anything compiles
     compiling.reset()
     seed_everything(t.seed)
 
-    data = build_run_data(conf, device, ctx)
+    data = build_run_data(conf, device, ctx, plan)
     state = build_state(conf, data, device)
     resumed = restore(state, t, layout, is_main=ctx.is_main)  # None: a fresh start
     if resumed is not None and resumed.done:
         return resumed.already_done(state.progress)
-
-    recipe = StepRecipe(device, precision=t.precision, dtype=dtype, grad_clip=t.grad_clip)
-    planned = planned_steps(t, per_epoch=len(data.train), done=state.progress.step)
-    make_optimizer = functools.partial(build_optimizer, conf.optimizer)
-    auto = maybe_decide(
-        state.model, make_optimizer, data.train, cfg=conf.compile, recipe=recipe, planned=planned
-    )
-    auto = distributed.broadcast(ctx, auto)  # every rank follows rank 0's measurement
-    compiled = compiling.compile_for_training(
-        state.model, state.optimizer, conf.compile, device=device, loader=data.train, auto=auto
-    )
+    compiled, auto = compile_model(conf, state, data, device, dtype, ctx)
     train_model = distributed.wrap(state.model, ctx)  # compiled in place, then wrapped
 
     tracker = open_tracker(conf, state.config, cfg, layout, ctx.is_main, resumed)
@@ -80,6 +73,7 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
         layout=layout,
         tracker=tracker,
         cpu=threads.record(cpu),
+        speed=speed_record(flags, data, state),
     )
     try:
         fit(job)
@@ -101,8 +95,10 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def build_run_data(conf: TrainConfig, device: torch.device, ctx: distributed.Dist) -> DataBundle:
-    """This rank's loaders, with inputs shaped as the model wants them."""
+def build_run_data(
+    conf: TrainConfig, device: torch.device, ctx: distributed.Dist, plan: DataPlan | None = None
+) -> DataBundle:
+    """This rank's batches, on `device`, with inputs shaped as the model wants them."""
     channels, size = input_spec(conf.model)
     return build_data(
         conf.data,
@@ -112,16 +108,21 @@ def build_run_data(conf: TrainConfig, device: torch.device, ctx: distributed.Dis
         pin_memory=device.type == "cuda",
         rank=ctx.rank,
         world_size=ctx.world_size,
+        device=device,
+        plan=plan,
     )
 
 
 def build_state(conf: TrainConfig, data: DataBundle, device: torch.device) -> TrainState:
-    """Model (on `device`), optimizer, schedule, scaler and fresh progress."""
+    """Model (on `device`, channels-last where it helps), optimizer, schedule, scaler, EMA,
+    augmentation generators and fresh progress."""
     in_ch, height, _ = data.sample_shape
     model = build_model(
         conf.model, num_classes=data.num_classes, in_channels=in_ch, image_size=height
     ).to(device)
-    optimizer = build_optimizer(conf.optimizer, model)
+    if speed.maybe_channels_last(model, conf.trainer.channels_last, device):
+        data.set_memory_format(torch.channels_last)
+    optimizer = build_optimizer(conf.optimizer, model, compiled_step=_compiled_step(conf))
     return TrainState(
         model=model,
         optimizer=optimizer,
@@ -132,7 +133,41 @@ def build_state(conf: TrainConfig, data: DataBundle, device: torch.device) -> Tr
         num_classes=data.num_classes,
         sample_shape=data.sample_shape,
         config=resolved_config(conf),
+        ema=maybe_average(model, conf.trainer.ema),
+        augment=data.train.transform.augment,
     )
+
+
+def _compiled_step(conf: TrainConfig) -> bool:
+    return conf.compile.optimizer and not conf.compile.disable
+
+
+def compile_model(conf, state, data, device, dtype, ctx) -> tuple[bool, dict[str, Any] | None]:
+    """compile=auto's measurement (rank 0's, for every rank), then torch.compile in place as the
+    compile group says; both look at un-augmented batches (training's random stream stays)."""
+    t = conf.trainer
+    recipe = StepRecipe(
+        device, precision=t.precision, dtype=dtype, grad_clip=t.grad_clip,
+        label_smoothing=t.label_smoothing,
+    )  # fmt: skip
+    planned = planned_steps(t, per_epoch=len(data.train), done=state.progress.step)
+    make = functools.partial(build_optimizer, conf.optimizer, compiled_step=_compiled_step(conf))
+    sample = data.train.plain()
+    auto = maybe_decide(state.model, make, sample, cfg=conf.compile, recipe=recipe, planned=planned)
+    auto = distributed.broadcast(ctx, auto)  # every rank follows rank 0's measurement
+    compiled = compiling.compile_for_training(
+        state.model, state.optimizer, conf.compile, device=device, loader=sample, auto=auto
+    )
+    return compiled, auto
+
+
+def speed_record(flags: dict[str, Any], data: DataBundle, state: TrainState) -> dict[str, Any]:
+    """The `speed` section of summary.json: what this run applied."""
+    return {
+        **flags,
+        "channels_last": data.train.transform.memory_format == torch.channels_last,
+        "optimizer_kernel": kernel_name(state.optimizer),
+    }
 
 
 def resolved_config(conf: TrainConfig) -> dict[str, Any]:

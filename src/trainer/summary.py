@@ -47,6 +47,13 @@ class RunSummary:
     torch: str  # torch.__version__
     # The GPUs its launcher gave it (a sweep agent's device slot, SLURM, ...); None: not set.
     cuda_visible_devices: str | None = None
+    speed: dict[str, Any] = field(
+        default_factory=dict
+    )  # TF32, cuDNN benchmark, channels_last, optimizer kernel
+    data: dict[str, Any] = field(
+        default_factory=dict
+    )  # pipeline (memory | stream), stored size, augmentation
+    val_weights: str = "model"  # what val/* measured: model | ema (trainer.ema)
     paths: dict[str, Any] = field(default_factory=dict)  # see run_paths
     config: dict[str, Any] = field(default_factory=dict)  # the resolved run config
 

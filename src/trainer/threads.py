@@ -110,3 +110,9 @@ def record(plan: CpuPlan) -> dict[str, Any]:
         "budget": plan.budget,
         "source": plan.source,
     }
+
+
+def auto_workers(local_ranks: int = 1) -> int:
+    """`data.num_workers=auto`: this process's part of the CPU share (the node's CPUs divided
+    among its `local_ranks` torchrun ranks) minus the training thread, at most 8."""
+    return max(0, min(8, budget() // max(local_ranks, 1) - 1))

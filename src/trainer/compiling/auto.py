@@ -45,6 +45,7 @@ class StepRecipe:
     precision: str = "32"  # trainer.precision (the GradScaler scales under 16-mixed only)
     dtype: torch.dtype | None = None  # autocast dtype (None: fp32)
     grad_clip: float | None = None  # trainer.grad_clip
+    label_smoothing: float = 0.0  # trainer.label_smoothing
 
     def stepper(self, model: nn.Module, optimizer: torch.optim.Optimizer, batches: list):
         """A no-argument callable that trains `model` one step on the next of `batches`."""
@@ -62,6 +63,7 @@ class StepRecipe:
                 device=self.device,
                 dtype=self.dtype,
                 grad_clip=self.grad_clip,
+                label_smoothing=self.label_smoothing,
             )
 
         return step

@@ -113,6 +113,7 @@ def compile_stats() -> dict[str, Any]:
         "aot_autograd_cache_miss": int(aot.get("autograd_cache_miss", 0)),
         "aot_autograd_cache_bypass": int(aot.get("autograd_cache_bypass", 0)),
         "cudagraph_skips": int(inductor.get("cudagraph_skips", 0)),
+        "autotuned_ops": int(inductor.get("select_algorithm_autotune", 0)),  # max-autotune's
         "cudagraph_skip_reasons": sorted(set(skips)),
     }
 
