@@ -2,7 +2,7 @@
 H100/H200-class GPU: the `gpu` tests; resnet50 and resnet18 training at 224×224 in bf16, eager
 against compile modes default, max-autotune-no-cudagraphs and reduce-overhead; the trainer
 against a bare loop; resnet18 on 32×32 device-resident data with data.augment=standard, in
-memory against streamed. Each step runs in its own process with a time limit (a step that
+memory against streamed; a 4-trial sweep with 2 trials per GPU against one at a time. Each step runs in its own process with a time limit (a step that
 runs over is reported as such, the rest still run). Writes `gpu_<device name>.md`.
 
     python -m benchmarks.gpu_suite             # on a GPU machine (--publish: benchmarks/results/)
@@ -47,23 +47,25 @@ class Step:
 
 
 def steps() -> list[Step]:
-    """The suite, in order; the time limits add up to 470 s."""
+    """The suite, in order; the time limits add up to 480 s."""
     return [
-        Step("gpu tests", "pytest", ["-m", "gpu", "-q", "-p", "no:cacheprovider"], 150),
+        Step("gpu tests", "pytest", ["-m", "gpu", "-q", "-p", "no:cacheprovider"], 130),
         Step("resnet50 default, reduce-overhead", "benchmarks.compile_modes",
-             [*R50_BF16, *MODES, "--modes", "default,reduce-overhead"], 90),
+             [*R50_BF16, *MODES, "--modes", "default,reduce-overhead"], 85),
         Step("resnet50 max-autotune-no-cudagraphs", "benchmarks.compile_modes",
-             [*R50_BF16, *MODES, "--modes", "max-autotune-no-cudagraphs"], 80),
+             [*R50_BF16, *MODES, "--modes", "max-autotune-no-cudagraphs"], 75),
         Step("resnet18 three modes", "benchmarks.compile_modes",
              [*R18_BF16, *MODES, "--modes",
-              "default,max-autotune-no-cudagraphs,reduce-overhead"], 60),
+              "default,max-autotune-no-cudagraphs,reduce-overhead"], 55),
         Step("trainer vs bare loop", "benchmarks.overhead",
              ["--device", "cuda", "--model", "resnet18", "--batch", "256", "--steps", "40",
-              "--rounds", "2", "--precision", "bf16-mixed"], 50),
+              "--rounds", "2", "--precision", "bf16-mixed"], 45),
         Step("input pipeline", "benchmarks.input_pipeline",
              ["--device", "cuda", "--format", "fashion_mnist", "--model", "resnet18",
               "--augment", "standard", "--precision", "bf16-mixed", "--batch", "512",
-              "--train", "60000", "--test", "10000", "--rounds", "1"], 40),
+              "--train", "60000", "--test", "10000", "--rounds", "1"], 35),
+        Step("4-trial sweep, 2 trials per GPU", "benchmarks.sweep_devices",
+             ["--devices", "auto", "--trials", "4", "--trials-per-device", "2"], 55),
     ]  # fmt: skip
 
 
@@ -131,6 +133,10 @@ def verdicts(results: dict[str, Path]) -> list[str]:
     if match:
         ok = "meets" if float(match.group(1)) >= OVERHEAD_TARGET else "misses"
         lines.append(f"trainer / bare loop: {match.group(1)} ({ok} {OVERHEAD_TARGET})")
+    sweep = results["sweep"] / "sweep_devices.md"
+    match = re.search(r"\*\*([0-9.]+)×\*\*", sweep.read_text()) if sweep.is_file() else None
+    if match:
+        lines.append(f"4 trials, 2 per GPU, against one at a time: {match.group(1)}× faster")
     return lines
 
 
@@ -139,7 +145,7 @@ def report(name: str, suite: list[Step], folders: list[Path], torch_version: str
     lines = [f"# GPU suite: {name}", "", f"torch {torch_version}; {total:.0f} s in all.", "",
              "| step | status | seconds |", "| --- | --- | ---: |"]  # fmt: skip
     lines += [f"| {s.name} | {s.status} | {s.seconds:.0f} |" for s in suite]
-    keys = ["r50a", "r50b", "r18", "overhead", "pipeline"]
+    keys = ["r50a", "r50b", "r18", "overhead", "pipeline", "sweep"]
     lines += [
         "",
         "## Targets",

@@ -81,7 +81,7 @@ def test_input_pipeline_compares_resident_and_streamed_batches(tmp_path):
 def test_gpu_suite_dry_run_prints_the_steps_on_any_machine(capsys):
     assert gpu_suite.main(["--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "at most 470 s" in out and "gpu_<device name>.md" in out
+    assert "at most 480 s" in out and "gpu_<device name>.md" in out
     assert "python -m pytest -m gpu" in out and "python -m benchmarks.overhead --device cuda" in out
     assert "--models resnet50 --image-size 224" in out and "--augment standard" in out
     assert sum(s.timeout_s for s in gpu_suite.steps()) <= 8 * 60
@@ -104,10 +104,22 @@ def test_gpu_suite_report_checks_the_targets(tmp_path):
     )
     (folders[2] / "compile_modes_cuda.json").write_text(rows("resnet50", {"eager": 990.0}))
     (folders[4] / "overhead_cuda.md").write_text("Ratio trainer / bare: **0.990** (meets).")
+    (folders[6] / "sweep_devices.md").write_text("Speed-up of packing: **1.70×**.")
     text = gpu_suite.report("NVIDIA H200", suite, folders, "2.x")
     assert "resnet50 bf16 compiled (reduce-overhead) / eager: 1.60× (meets 1.43×)" in text
     assert "0 recompiles, 0 CUDA-graph skips" in text and "0.990 (meets 0.98)" in text
+    assert "4 trials, 2 per GPU, against one at a time: 1.70× faster" in text
     assert (
         "`5 passed, 1 skipped in 99.0s`" in text
         and gpu_suite.device_slug("NVIDIA H200") == "nvidia_h200"
     )
+
+
+def test_sweep_devices_packs_trials_on_a_device(tmp_path):
+    from benchmarks import sweep_devices
+
+    args = ["--devices", "0", "--trials", "2", "--model", "small_cnn", "--steps", "2"]
+    args += ["--samples", "64"]
+    figures = sweep_devices.main([*args, "--out", str(tmp_path)])
+    assert figures["runs"] == [("finished", "0")] * 4
+    assert "Speed-up of packing" in (tmp_path / "sweep_devices.md").read_text()

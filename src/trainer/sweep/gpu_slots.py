@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -20,7 +21,11 @@ COMPILE_GROUPS = ("model", "data", "compile")
 
 
 def gpu_count() -> int:
-    """GPUs torch sees in this process (after CUDA_VISIBLE_DEVICES); 0 without CUDA."""
+    """GPUs torch sees in this process (after CUDA_VISIBLE_DEVICES); 0 without CUDA. A Linux
+    machine without an NVIDIA or ROCm driver has none: no torch import (seconds) to say so."""
+    drivers = ("/proc/driver/nvidia/gpus", "/dev/nvidiactl", "/dev/kfd")
+    if sys.platform == "linux" and not any(os.path.exists(p) for p in drivers):
+        return 0
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
