@@ -9,7 +9,7 @@ from pathlib import Path
 
 from trainer.errors import exit_on_error
 from trainer.layout import SweepLayout
-from trainer.sweep import engine, report
+from trainer.sweep import engines, report
 from trainer.sweep.directory import find, known, output_root, sweep_id_of
 from trainer.sweep.store import SweepStore
 
@@ -47,7 +47,7 @@ def ls(root: Path) -> int:
         row = [
             sweep_id,
             str(res["method"]),
-            engine.sweep_state(str(store.get("state", "created")), store.config, store.runs()),
+            engines.sweep_state(str(store.get("state", "created")), store),
             str(len(res["runs"])),
             f"{metric.get('name', '-')} ({metric.get('goal', '-')})",
             "-" if best is None else f"{best['metric']:.4g} ({best['id']})",

@@ -17,9 +17,9 @@ from typing import Any
 from trainer import cpu_share
 from trainer.errors import TrainerError
 from trainer.layout import SweepLayout
-from trainer.sweep import cpu_slots, engine
+from trainer.sweep import cpu_slots, engines
 from trainer.sweep.command import expand
-from trainer.sweep.directory import new_id, sweep_id_of
+from trainer.sweep.directory import sweep_id_of
 from trainer.sweep.store import RunRecord, SweepStore
 
 POLL_S = 0.25  # how often a running trial's metrics, stop flag and exit are checked
@@ -67,11 +67,15 @@ def read_summary(path: Path) -> dict | None:
         return None
 
 
-def _final_state(code: int, stop_requested: bool, interrupted: bool = False) -> str:
+def _final_state(
+    code: int, stop_requested: bool, interrupted: bool = False, stopped: str = "stopped"
+) -> str:
+    """How a trial ended; `stopped` names a run its engine stopped (hyperband: stopped, a
+    scheduler optimizer's pruner: pruned)."""
     if interrupted:  # the agent was told to stop: the run did not finish, --rerun-crashed reruns it
         return "finished" if code == 0 else "crashed"
     if stop_requested and code in (0, 128 + signal.SIGTERM, -signal.SIGTERM, -signal.SIGKILL):
-        return "stopped"
+        return stopped
     if code == 0:
         return "finished"
     if code < 0:  # ended by a signal it did not handle
@@ -100,7 +104,8 @@ class LocalAgent:
         self.store = SweepStore(layout.db)
         self.sweep_id = sweep_id_of(self.store, layout)
         self.config: dict = self.store.config
-        self.early_terminate = bool(self.config.get("early_terminate"))
+        # claims runs and decides stops: classic (grid, random, bayes, hyperband) or optuna/ax
+        self.engine = engines.for_sweep(self.store, layout, self.config, self.sweep_id)
         self.rerun_crashed = rerun_crashed
         self.max_consecutive_failures = max_consecutive_failures
         self.signum: int | None = None  # SIGTERM/SIGINT the agent received
@@ -136,6 +141,7 @@ class LocalAgent:
             )
             return self._run(count) if self.share else 128 + (self.signum or signal.SIGTERM)
         finally:
+            self.engine.close()  # a scheduler optimizer's lease goes to another agent
             cpu_slots.release_share(self.layout.root)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -145,11 +151,10 @@ class LocalAgent:
         done = 0
         failures: list[RunRecord] = []
         while self.signum is None and (count is None or done < count):
-            run = self.store.claim(
-                lambda runs: engine.next_params(self.config, runs),
-                new_id=new_id,
+            run = self.engine.claim(
                 agent_pid=os.getpid(),
                 rerun_crashed=self.rerun_crashed,
+                stop=lambda: self.signum is not None,
             )
             if run is None:
                 print(
@@ -218,7 +223,9 @@ class LocalAgent:
         finally:
             self._trial = None
         stop_requested = self.store.stop_requested(run.id)
-        state = _final_state(code, stop_requested, interrupted=self.signum is not None)
+        state = _final_state(
+            code, stop_requested, self.signum is not None, self.engine.stopped_state
+        )
         summary = read_summary(files.summary)
         self.store.update(
             run.id,
@@ -232,7 +239,8 @@ class LocalAgent:
         return state
 
     def _watch(self, run_id: str, proc: subprocess.Popen, metrics_path: Path) -> int:
-        """Feed metrics.jsonl into the store as it grows; SIGTERM the run if hyperband says so."""
+        """Feed metrics.jsonl into the store as it grows; SIGTERM the run when its engine stops it
+        (hyperband, or a scheduler optimizer's pruner)."""
         offset, epochs, sigterm_at, beat = 0, 0, None, time.monotonic()
         while True:
             code = proc.poll()
@@ -242,14 +250,11 @@ class LocalAgent:
             if time.monotonic() - beat > HEARTBEAT_S:
                 self.store.heartbeat(run_id)
                 beat = time.monotonic()
-            if sigterm_at is None and self.early_terminate:
-                to_stop = engine.runs_to_stop(self.config, self.store.runs())
-                if to_stop:
-                    self.store.request_stop(to_stop)
-                if self.store.stop_requested(run_id):
-                    print(f"agent: early_terminate stops run {run_id} (SIGTERM)", flush=True)
-                    proc.send_signal(signal.SIGTERM)
-                    sigterm_at = time.monotonic()
+            if sigterm_at is None and self.engine.should_stop(run_id):
+                reason = self.engine.stop_reason
+                print(f"agent: {reason} stops run {run_id} (SIGTERM)", flush=True)
+                proc.send_signal(signal.SIGTERM)
+                sigterm_at = time.monotonic()
             elif sigterm_at is not None and time.monotonic() - sigterm_at > KILL_DELAY_S:
                 proc.kill()
             if self.signum is not None and sigterm_at is None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from trainer.sweep.processes import kill_orphan, pid_alive
 
-TERMINAL = ("finished", "failed", "crashed", "stopped")
+TERMINAL = ("finished", "failed", "crashed", "stopped", "pruned")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sweep (
@@ -110,6 +110,11 @@ class SweepStore:
 
     def close(self) -> None:
         self._db.close()
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The store's connection, for tables kept beside `runs` (trainer.sweep.optimizer_queue)."""
+        return self._db
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
