@@ -42,16 +42,19 @@ def ls(root: Path) -> int:
     for sweep_id, layout in sweeps:
         store = SweepStore(layout.db)
         res = report.results(store, sweep_id)
-        metric = res["metric"] or {}
+        goals = res.get("metrics") or [res["metric"] or {}]
         best = res["best"]
+        front = res.get("pareto_front")
         row = [
             sweep_id,
             str(res["method"]),
             engines.sweep_state(str(store.get("state", "created")), store),
             str(len(res["runs"])),
-            f"{metric.get('name', '-')} ({metric.get('goal', '-')})",
-            "-" if best is None else f"{best['metric']:.4g} ({best['id']})",
+            ", ".join(f"{g.get('name', '-')} ({g.get('goal', '-')})" for g in goals),
+            f"{best['metric']:.4g} ({best['id']})" if best else "-",
         ]
+        if front is not None:  # multi-objective: the Pareto front's size
+            row[-1] = f"Pareto front: {len(front)} run(s)"
         away = _elsewhere(root, sweep_id, layout)
         table.add_row(*row, *([str(layout.root) if away else "-"] * elsewhere))
         store.close()

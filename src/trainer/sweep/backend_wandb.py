@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from trainer.sweep.directory import write_sweep_yaml
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 PROBE_TIMEOUT_S = 3.0
+SCHEDULER_STOP_S = 30.0  # the scheduler finishes its step after SIGINT, or is killed
 
 
 class ServerUnavailable(RuntimeError):
@@ -116,6 +118,17 @@ def agent_command(path: str, count: int | None) -> list[str]:
     return [*command, path]
 
 
+def _stop_scheduler(process: subprocess.Popen) -> int:
+    """Ask the scheduler to finish its step (SIGINT, as Ctrl-C), SIGKILL it after a while."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            return process.wait(timeout=SCHEDULER_STOP_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    return process.wait()
+
+
 def run_server_sweep(
     config: dict[str, Any],
     *,
@@ -143,6 +156,18 @@ def run_server_sweep(
     # Trials must report to the server (metrics feed bayes and hyperband): online, whatever
     # logger.mode says (the environment wins over it).
     env = {**os.environ, "WANDB_MODE": "online"}
+    scheduler = None
+    if config.get("scheduler") is not None:  # the search runs here, W&B's scheduler client
+        from trainer.sweep.scheduler_engines import scheduler_command
+
+        command = scheduler_command(path, max(agents, 1))
+        print(
+            "its runs come from W&B's sweep scheduler; run it on one machine only (this command "
+            f"starts it when it starts agents):\n  {' '.join(command[2:])}",
+            flush=True,
+        )
+        if agents > 0:
+            scheduler = subprocess.Popen(command, env=env)
     processes = []
     for share in cpu_share.plan_shares(cpu_share.process_limits(), agents, cpus_per_trial)[:agents]:
         with cpu_share.inherited_affinity(share.cores):  # its trials inherit the cores and env
@@ -150,4 +175,7 @@ def run_server_sweep(
                 subprocess.Popen(agent_command(path, count), env={**env, **share.env()})
             )
     codes = [process.wait() for process in processes]
-    return {"sweep_id": sweep_id, "backend": "wandb", "path": path, "agent_exit_codes": codes}
+    result = {"sweep_id": sweep_id, "backend": "wandb", "path": path, "agent_exit_codes": codes}
+    if scheduler is not None:
+        result["scheduler_exit_code"] = _stop_scheduler(scheduler)
+    return result

@@ -10,7 +10,7 @@ from typing import Any
 from trainer.layout import SweepLayout
 from trainer.sweep import engine
 from trainer.sweep.directory import new_id
-from trainer.sweep.scheduler_engines import LIBRARY, drives_optimizer, engine_of
+from trainer.sweep.scheduler_block import LIBRARY, drives_optimizer, engine_of
 from trainer.sweep.store import RunRecord, SweepStore
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.sweep import scheduler_engines as wb
+from trainer.sweep.scheduler_block import OPTIMIZER_ENGINES, engine_of, missing_engine
 from trainer.sweep.validate import parameter_problems
 
 # What W&B's mapping to each engine takes (its docstrings), for the "use instead" of a refusal.
@@ -123,14 +124,14 @@ def check(
 ) -> SchedulerCheck:
     """Every problem of the sweep's scheduler block (none without one)."""
     found = SchedulerCheck()
-    scheduler, engine = config.get("scheduler"), wb.engine_of(config)
+    scheduler, engine = config.get("scheduler"), engine_of(config)
     if not isinstance(scheduler, dict):
         return found
     if engine == "wandb":
         found.problems += _wandb_engine_problems(scheduler, backend)
-    if engine not in wb.OPTIMIZER_ENGINES:
+    if engine not in OPTIMIZER_ENGINES:
         return found
-    missing = wb.missing_engine(engine)
+    missing = missing_engine(engine)
     if missing:
         found.problems.append(missing)
         return found

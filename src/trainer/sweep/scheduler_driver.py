@@ -14,7 +14,8 @@ from typing import Any
 from trainer.layout import SweepLayout
 from trainer.sweep.directory import new_id
 from trainer.sweep.optimizer_queue import SuggestionQueue
-from trainer.sweep.scheduler_engines import OptimizerSession, TrialView, engine_of
+from trainer.sweep.scheduler_block import engine_of
+from trainer.sweep.scheduler_engines import OptimizerSession, TrialView
 from trainer.sweep.store import TERMINAL, RunRecord, SweepStore
 
 DRIVE_S = 1.0  # the holder tells the optimizer about the runs at most this often

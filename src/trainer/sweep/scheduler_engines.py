@@ -6,19 +6,17 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import importlib.util
 import io
 import logging
+import sys
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from trainer.errors import TrainerError
+from trainer.sweep.scheduler_block import LIBRARY, OPTIMIZER_ENGINES, engine_of, missing_engine
 
-# Engines whose optimizer object W&B's scheduler drives; `wandb` is the classic engine (engine.py).
-OPTIMIZER_ENGINES = ("optuna", "ax")
-LIBRARY = {"optuna": "optuna", "ax": "ax"}  # the module each engine imports
 _NULL = logging.getLogger("trainer.sweep.scheduler.silent")
 _NULL.addHandler(logging.NullHandler())
 _NULL.propagate = False
@@ -41,30 +39,6 @@ class TrialView:
     params: dict[str, Any]
     state: str
     history: list[dict[str, Any]] = field(default_factory=list)
-
-
-def engine_of(config: dict[str, Any]) -> str | None:
-    """`scheduler.engine` of a sweep configuration, or None without a scheduler block."""
-    scheduler = config.get("scheduler")
-    return scheduler.get("engine") if isinstance(scheduler, dict) else None
-
-
-def drives_optimizer(config: dict[str, Any]) -> bool:
-    """Whether the sweep's runs come from a W&B scheduler optimizer (optuna, ax)."""
-    return engine_of(config) in OPTIMIZER_ENGINES
-
-
-def missing_engine(engine: str | None) -> str | None:
-    """Why `engine` cannot run here (its library is not installed) and how to install it."""
-    module = LIBRARY.get(engine or "")
-    if module is None or importlib.util.find_spec(module) is not None:
-        return None
-    if engine == "ax":
-        return (
-            "scheduler.engine: ax needs Ax, an optional extra of this project: "
-            'pip install -e ".[ax]" (or pip install "compiled-trainer[ax]"); or use engine: optuna'
-        )
-    return f"scheduler.engine: {engine} needs {module}: reinstall the project (pip install -e .)"
 
 
 @contextlib.contextmanager
@@ -92,6 +66,11 @@ def library_logs(engine: str, handler: logging.Handler) -> Iterator[None]:
         yield
     finally:
         logger.handlers, logger.propagate = saved
+
+
+def scheduler_command(path: str, batch_size: int) -> list[str]:
+    """The `wandb sweep-scheduler` command that drives a server sweep's `scheduler:` block."""
+    return [sys.executable, "-m", "wandb", "sweep-scheduler", "--batch-size", str(batch_size), path]
 
 
 def sweep_info(config: dict[str, Any], sweep_id: str) -> Any:

@@ -113,6 +113,13 @@ def schema_problems(config: dict[str, Any]) -> list[str]:
     ]
 
 
+def _fix(message: str) -> str:
+    """Our fix after a schema message that does not say it."""
+    if message.startswith("metrics: ") and message.endswith("is too short"):
+        return " (metrics takes two or more objectives; a single one goes in metric: {name, goal})"
+    return ""
+
+
 def _custom_problems(config: dict[str, Any]) -> list[str]:
     """method: custom (W&B's pluggable scheduler) and multi-objective `metrics:`."""
     problems = []
@@ -129,11 +136,6 @@ def _custom_problems(config: dict[str, Any]) -> list[str]:
         )
     if not isinstance(objectives, list):
         return problems
-    if len(objectives) < 2:
-        problems.append(
-            "metrics: needs two or more objectives; a single one goes in metric: {name: ..., "
-            "goal: ...}"
-        )
     for i, objective in enumerate(objectives):
         name = objective.get("name") if isinstance(objective, dict) else None
         if name is not None and name not in EPOCH_METRICS:
@@ -149,12 +151,7 @@ def sweep_problems(
 ) -> list[str]:
     """All problems of `config` (a W&B sweep config), given the composed config's dotted keys
     and the config groups with their options."""
-    # metrics: [one] is said below, with the fix, instead of the schema's "is too short"
-    problems = [
-        f"W&B schema: {m}"
-        for m in schema_problems(config)
-        if not (m.startswith("metrics: ") and m.endswith("is too short"))
-    ]
+    problems = [f"W&B schema: {m}{_fix(m)}" for m in schema_problems(config)]
     method = config.get("method")
     metric = config.get("metric")
     if method == "bayes" and not metric:
