@@ -156,6 +156,8 @@ class LocalAgent:
                 rerun_crashed=self.rerun_crashed,
                 stop=lambda: self.signum is not None,
             )
+            if run is None and self.signum is not None:  # stopped while waiting for a run
+                return 128 + self.signum
             if run is None:
                 print(
                     f"agent: sweep {self.sweep_id} has no more runs to hand out "
