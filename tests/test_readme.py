@@ -175,9 +175,6 @@ COMMANDS: dict[str, Run | NotRun] = {
         "nine whole sweeps, minutes each; test_sweep_engines_benchmark.py checks its sweeps' "
         "commands and its summary"
     ),
-    "python -m benchmarks.sweep_engines --publish": NotRun(
-        "replaces the published figures in benchmarks/results/ (same run as above)"
-    ),
 }
 
 

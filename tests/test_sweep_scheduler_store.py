@@ -114,4 +114,7 @@ def test_the_search_ends_at_run_cap_and_says_why(sweep):
     assert _claim(engine) is None
     assert engine.over() == "run_cap 2 reached"
     engine.close()
-    assert SuggestionQueue(store).lease(store.connection) is None  # handed back on close
+    queue = SuggestionQueue(store)
+    assert queue.takeable() and queue.lease(store.connection)[0] == ""  # handed back on close
+    with store.transaction() as db:  # the next holder's generation follows
+        assert queue.hold(db, "next", os.getpid()) == 2

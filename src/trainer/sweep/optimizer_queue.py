@@ -75,8 +75,11 @@ class SuggestionQueue:
         return generation
 
     def release(self, token: str) -> None:
+        """Hand our lease back: it lapses now (its generation stays, for the next holder)."""
         with self.store.transaction() as db:
-            db.execute("DELETE FROM optimizer_lease WHERE token = ?", (token,))
+            db.execute(
+                "UPDATE optimizer_lease SET token = '', renewed_at = 0 WHERE token = ?", (token,)
+            )
 
     # the queue ---------------------------------------------------------------------------
     @staticmethod

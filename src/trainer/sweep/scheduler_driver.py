@@ -206,8 +206,11 @@ class SchedulerEngine:
                 claimed = self.driver.queue.claim(
                     new_id=new_id, agent_pid=agent_pid, rerun_crashed=rerun_crashed
                 )
-                if claimed is not None or self.driver.queue.over() is not None:
+                if claimed is not None:
                     return claimed
+                if self.driver.queue.over() is not None:
+                    self.driver.step(force=True)  # the optimizer hears how the last runs ended
+                    return None
                 if not waiting:
                     self.driver.queue.wait(agent_pid, True)
                     waiting = True
