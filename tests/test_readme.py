@@ -129,7 +129,7 @@ COMMANDS: dict[str, Run | NotRun] = {
     "python -m trainer.sweep ls": Run("sweeps", ""),
     "python -m trainer.sweep show SWEEP_ID": Run("sweeps", ""),
     "head -1 outputs/sweeps/SWEEP_ID/best.yaml": Run("sweeps", ""),
-    "python -m trainer sweep=tpe_optuna": Run("engines", TRIAL),
+    "python -m trainer sweep=tpe_optuna": Run("engines", "hydra.sweeper.dry_run=true"),
     "python -m trainer sweep=conditional_optuna": Run("engines", TRIAL),
     "python -m trainer sweep=pareto_optuna": Run("engines", "hydra.sweeper.dry_run=true"),
     'pip install -e ".[ax]" && python -m trainer sweep=ax_bayes': NotRun(
@@ -339,15 +339,17 @@ def test_scenario_wandb_backend_without_a_key(shell):
 
 
 def test_scenario_engines(shell):
-    """Optuna through W&B's scheduler optimizer: a one-run TPE sweep, a one-run define-by-run
-    sweep (its optimizer group chosen per run); the two-objective and engine-wandb definitions
-    checked and written."""
-    for name in ("tpe_optuna", "conditional_optuna"):
-        proc = _type(shell, f"python -m trainer sweep={name}")
-        sweep_id = re.search(r"sweep (\S+): join from another terminal", proc.out).group(1)
-        doc = json.loads((shell.outputs / "sweeps" / sweep_id / "results.json").read_text())
-        assert doc["engine"].startswith("W&B scheduler optimizer, engine optuna"), doc["engine"]
-        assert [r["state"] for r in doc["runs"]] == ["finished"]
+    """Optuna through W&B's scheduler optimizer: a one-run define-by-run sweep (its optimizer
+    group chosen per run); the TPE, two-objective and engine-wandb definitions checked and
+    written (their study factories called)."""
+    proc = _type(shell, "python -m trainer sweep=tpe_optuna")  # its study factory checked
+    source = (ROOT / "conf" / "sweep" / "optuna_studies.py").resolve()
+    assert f"source: {source}" in _sweep_yaml(proc).read_text()
+    proc = _type(shell, "python -m trainer sweep=conditional_optuna")
+    sweep_id = re.search(r"sweep (\S+): join from another terminal", proc.out).group(1)
+    doc = json.loads((shell.outputs / "sweeps" / sweep_id / "results.json").read_text())
+    assert doc["engine"].startswith("W&B scheduler optimizer, engine optuna"), doc["engine"]
+    assert [r["state"] for r in doc["runs"]] == ["finished"]
     assert doc["runs"][0]["params"]["optimizer"] in ("sgd", "adamw")
     proc = _type(shell, "python -m trainer sweep=pareto_optuna")
     assert "metrics:" in _sweep_yaml(proc).read_text()

@@ -98,4 +98,4 @@ def test_ls_names_the_objectives_and_the_size_of_the_front(tmp_path, capsys):
     _store(root / "sweeps" / "s1").close()
     ls(root)
     out = capsys.readouterr().out
-    assert "val/acc (maximize)" in out and "Pareto front: 2" in out
+    assert "val/acc (maximize)" in out and "Pareto front: 2" in out and "4 (1 pruned)" in out

@@ -30,6 +30,12 @@ def _elsewhere(root: Path, sweep_id: str, layout: SweepLayout) -> bool:
     return home.is_symlink() or home.resolve() != layout.root
 
 
+def _run_count(runs: list[dict]) -> str:
+    """How many runs, and how many of them an optimizer pruned."""
+    pruned = sum(1 for r in runs if r["state"] == "pruned")
+    return f"{len(runs)} ({pruned} pruned)" if pruned else str(len(runs))
+
+
 def ls(root: Path) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -49,7 +55,7 @@ def ls(root: Path) -> int:
             sweep_id,
             str(res["method"]),
             engines.sweep_state(str(store.get("state", "created")), store),
-            str(len(res["runs"])),
+            _run_count(res["runs"]),
             ", ".join(f"{g.get('name', '-')} ({g.get('goal', '-')})" for g in goals),
             f"{best['metric']:.4g} ({best['id']})" if best else "-",
         ]
