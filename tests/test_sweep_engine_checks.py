@@ -181,3 +181,11 @@ def test_a_bad_scheduler_sweep_exits_2_listing_every_problem_and_starts_nothing(
     assert "scheduler.source 'nope.py': no such file" in result.stderr
     assert "parameter optimizer.weight_decay: W&B's optuna mapping refuses it" in result.stderr
     assert not (tmp_path / "outputs" / "sweeps").exists()
+
+
+def test_what_w_and_b_changes_is_a_note_not_a_problem():
+    spec = {"distribution": "q_log_uniform_values", "min": 0.1, "max": 1.0, "q": 0.5}
+    found = check(sweep(parameters={"optimizer.lr": spec}), KEYS, GROUPS)
+    assert found.problems == []
+    (note,) = found.notes
+    assert note.startswith("W&B's optuna mapping: ") and "q will be ignored" in note

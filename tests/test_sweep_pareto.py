@@ -92,7 +92,8 @@ def test_results_best_yaml_leaderboard_and_figure_show_the_front(tmp_path):
     plt.close(fig)
 
 
-def test_ls_names_the_objectives_and_the_size_of_the_front(tmp_path, capsys):
+def test_ls_names_the_objectives_and_the_size_of_the_front(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # one line per sweep
     root = tmp_path / "outputs"
     (root / "sweeps" / "s1").mkdir(parents=True)
     _store(root / "sweeps" / "s1").close()
