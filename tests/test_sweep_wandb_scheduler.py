@@ -120,3 +120,18 @@ def test_without_credentials_it_fails_in_seconds_and_starts_nothing(
         )  # fmt: skip
     assert time.monotonic() - started < 5
     assert recorded == [] and Recorder.started == []
+
+
+def test_joining_a_sweep_starts_agents_but_no_second_scheduler(
+    local_server,  # noqa: F811
+    recorded,
+    tmp_path,
+    capsys,
+):
+    backend_wandb.run_server_sweep(
+        build_sweep_config(OPTUNA, []),
+        project="proj", entity="team", sweep_id=SWEEP_ID, agents=1, count=None, root=tmp_path,
+    )  # fmt: skip
+    assert recorded == []  # nothing created
+    assert [p.argv[3] for p in Recorder.started] == ["agent"]
+    assert "wandb sweep-scheduler" in capsys.readouterr().out

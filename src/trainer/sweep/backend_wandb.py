@@ -146,7 +146,8 @@ def run_server_sweep(
     preflight()
     import wandb
 
-    if sweep_id is None:
+    created = sweep_id is None  # its creator runs the sweep's scheduler, joiners do not
+    if created:
         sweep_id = wandb.sweep(config, project=project, entity=entity)
         layout = SweepLayout(directory) if directory else SweepLayout.under(root, sweep_id)
         write_sweep_yaml(config, layout.yaml)
@@ -162,11 +163,11 @@ def run_server_sweep(
 
         command = scheduler_command(path, max(agents, 1))
         print(
-            "its runs come from W&B's sweep scheduler; run it on one machine only (this command "
-            f"starts it when it starts agents):\n  {' '.join(command[2:])}",
+            "its runs come from W&B's sweep scheduler, on one machine only (the command that "
+            f"creates the sweep with agents starts it):\n  {' '.join(command[2:])}",
             flush=True,
         )
-        if agents > 0:
+        if agents > 0 and created:
             scheduler = subprocess.Popen(command, env=env)
     processes = []
     for share in cpu_share.plan_shares(cpu_share.process_limits(), agents, cpus_per_trial)[:agents]:
