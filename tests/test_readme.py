@@ -157,6 +157,21 @@ COMMANDS: dict[str, Run | NotRun] = {
     "python -m trainer.sweep ls": Run("sweeps", ""),
     "python -m trainer.sweep show SWEEP_ID": Run("sweeps", ""),
     "head -1 outputs/sweeps/SWEEP_ID/best.yaml": Run("sweeps", ""),
+    "python -m trainer sweep=tpe_optuna": Run("engines", "hydra.sweeper.dry_run=true"),
+    "python -m trainer sweep=conditional_optuna": Run("engines", TRIAL),
+    "python -m trainer sweep=pareto_optuna": Run("engines", "hydra.sweeper.dry_run=true"),
+    'pip install -e ".[ax]" && python -m trainer sweep=ax_bayes': NotRun(
+        "installs from a package index (network); engine ax itself: "
+        "test_sweep_engines.py::test_engine_ax_runs_a_small_sweep_when_installed (.ci/run installs "
+        "the extra for it)"
+    ),
+    "python -m trainer sweep=bayes_wandb hydra.sweeper.dry_run=true": Run("engines", ""),
+    "python -m trainer sweep=tpe_optuna hydra.sweeper.backend=wandb "
+    "hydra.sweeper.project=my-project": NotRun(
+        "needs a W&B account and a network; without a key the README promises an error within "
+        "seconds, before anything is created",
+        "test_scenario_wandb_backend_without_a_key",
+    ),
     "torchrun --standalone --nproc_per_node=4 -m trainer trainer.strategy=ddp data=cifar10 "
     "data.root=~/data": NotRun("needs the CIFAR-10 data set (and a GPU node to be worth it)"),
     "torchrun --nnodes=2 --nproc_per_node=8 --rdzv_backend=c10d --rdzv_endpoint=HOST0:29400 "
@@ -193,6 +208,10 @@ COMMANDS: dict[str, Run | NotRun] = {
     "python -m benchmarks.gpu_suite": NotRun("needs a GPU; its report: test_benchmarks.py"),
     "python -m benchmarks.bayes_parity": NotRun(
         "a benchmark of minutes; test_bayes_benchmark.py runs it reduced"
+    ),
+    "python -m benchmarks.sweep_engines": NotRun(
+        "nine whole sweeps, minutes each; test_sweep_engines_benchmark.py checks its sweeps' "
+        "commands and its summary"
     ),
 }
 
@@ -358,10 +377,37 @@ def test_scenario_wandb_backend_without_a_key(shell):
         "hydra.sweeper.project=my-project"
     )
     env = {"WANDB_API_KEY": "", "WANDB_BASE_URL": "http://127.0.0.1:9", "WANDB_MODE": ""}
-    proc = _type(shell, cmd, rc=1, env=env)
-    assert "needs a W&B API key" in proc.out and "wandb login" in proc.out
-    assert not (shell.outputs / "sweeps").exists() or not any((shell.outputs / "sweeps").iterdir())
+    engines = (
+        "python -m trainer sweep=tpe_optuna hydra.sweeper.backend=wandb "
+        "hydra.sweeper.project=my-project"
+    )
+    for line in (cmd, engines):
+        proc = _type(shell, line, rc=1, env=env)
+        assert "needs a W&B API key" in proc.out and "wandb login" in proc.out
+        assert not (shell.outputs / "sweeps").exists() or not any(
+            (shell.outputs / "sweeps").iterdir()
+        )
     _all_typed("test_scenario_wandb_backend_without_a_key")
+
+
+def test_scenario_engines(shell):
+    """Optuna through W&B's scheduler optimizer: a one-run define-by-run sweep (its optimizer
+    group chosen per run); the TPE, two-objective and engine-wandb definitions checked and
+    written (their study factories called)."""
+    proc = _type(shell, "python -m trainer sweep=tpe_optuna")  # its study factory checked
+    source = (ROOT / "conf" / "sweep" / "optuna_studies.py").resolve()
+    assert f"source: {source}" in _sweep_yaml(proc).read_text()
+    proc = _type(shell, "python -m trainer sweep=conditional_optuna")
+    sweep_id = re.search(r"sweep (\S+): join from another terminal", proc.out).group(1)
+    doc = json.loads((shell.outputs / "sweeps" / sweep_id / "results.json").read_text())
+    assert doc["engine"].startswith("W&B scheduler optimizer, engine optuna"), doc["engine"]
+    assert [r["state"] for r in doc["runs"]] == ["finished"]
+    assert doc["runs"][0]["params"]["optimizer"] in ("sgd", "adamw")
+    proc = _type(shell, "python -m trainer sweep=pareto_optuna")
+    assert "metrics:" in _sweep_yaml(proc).read_text()
+    proc = _type(shell, "python -m trainer sweep=bayes_wandb hydra.sweeper.dry_run=true")
+    assert "engine: wandb" in _sweep_yaml(proc).read_text()
+    _all_typed("test_scenario_engines")
 
 
 def _sweep_yaml(proc) -> Path:

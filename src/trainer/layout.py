@@ -111,6 +111,11 @@ class SweepLayout:
         """flock'ed while cpu_slots.json is read and rewritten."""
         return self.root / "cpu_slots.lock"
 
+    @property
+    def optimizer_log(self) -> Path:
+        """The messages of a scheduler-driven sweep's optimizer (optuna, ax), every holder's."""
+        return self.root / "logs" / "optimizer.log"
+
     def run(self, run_id: str) -> RunLayout:
         return RunLayout(self.root / "runs" / run_id)
 

@@ -1,9 +1,11 @@
-"""The parameter file W&B's agent gives a sweep trial (WANDB_SWEEP_PARAM_PATH), read by both the
-trainer and the sweep side. Light imports only: no torch, no trainer.sweep."""
+"""The parameter file W&B's agent gives a sweep trial (WANDB_SWEEP_PARAM_PATH), written with the
+rest of a trial's W&B environment by the local agent and read by the trainer. Light imports
+only: no torch, no trainer.sweep."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -23,3 +25,25 @@ def param_path() -> str | None:
     """The parameter file of this process when a sweep agent started it, else None."""
     path = os.environ.get(PARAM_PATH_ENV)
     return path if path and os.path.isfile(path) else None
+
+
+def trial_env(
+    sweep_id: str, run_id: str, params: dict[str, Any], params_path: Path, run_dir: Path
+) -> dict[str, str]:
+    """The environment `wandb agent` gives its children (the parameter file written), W&B
+    offline, grouped by sweep: the local agent's trials get it too."""
+    from wandb.sdk.lib import config_util
+
+    config_util.save_config_file_from_dict(
+        str(params_path), {k: {"value": v} for k, v in params.items()}
+    )
+    env = dict(os.environ)
+    env.update(
+        WANDB_RUN_ID=run_id,
+        WANDB_SWEEP_ID=sweep_id,
+        **{PARAM_PATH_ENV: str(params_path)},
+        WANDB_DIR=str(run_dir),
+        WANDB_RUN_GROUP=sweep_id,
+        WANDB_MODE="offline",
+    )
+    return env

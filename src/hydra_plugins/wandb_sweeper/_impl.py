@@ -18,6 +18,8 @@ from trainer.layout import SweepLayout, conf_dir, default_output_root
 from trainer.sweep import gpu_slots
 from trainer.sweep.command import config_arguments, fixed_overrides
 from trainer.sweep.directory import write_sweep_yaml
+from trainer.sweep.scheduler_checks import check as scheduler_check
+from trainer.sweep.scheduler_checks import definition_dirs, resolve_source
 from trainer.sweep.translate import TranslationError, build_sweep_config, run_count
 from trainer.sweep.validate import check_sweep
 
@@ -167,16 +169,20 @@ def prepare(
         sweep_config = build_sweep_config(options, arguments, trial_config_args(config))
     except TranslationError as err:
         raise ConfigError(str(err)) from err
+    runtime = config.hydra.runtime  # scheduler.source may sit next to the sweep definition
+    sources = OmegaConf.to_container(runtime.config_sources, resolve=True)
+    search = definition_dirs(OmegaConf.to_container(runtime.choices), sources)
+    sweep_config = resolve_source(sweep_config, search)
+    keys, groups = config_keys(config), config_groups(config, hydra_context)
+    engine = scheduler_check(sweep_config, keys, groups, options.get("backend"))
+    for note in engine.notes:
+        print(f"sweep: note: {note}", flush=True)
     options["device_plan"], device_problems = gpu_slots.sweep_plan(options)
-    trial_problems = trial_config_problems(
-        sweep_config, config, hydra_context, options.get("gpus_per_trial", 1)
+    trial = trial_config_problems(
+        engine.trial_view(sweep_config), config, hydra_context, options.get("gpus_per_trial", 1)
     )
-    check_sweep(
-        sweep_config,
-        config_keys(config),
-        config_groups(config, hydra_context),
-        [*runner_problems(options), *device_problems, *trial_problems],
-    )
+    problems = [*runner_problems(options), *device_problems, *engine.problems, *trial]
+    check_sweep(sweep_config, keys, groups, problems)
     return sweep_config
 
 

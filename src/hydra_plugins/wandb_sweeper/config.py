@@ -20,12 +20,18 @@ class MetricConf:
 class WandbSweeperConf:
     _target_: str = "hydra_plugins.wandb_sweeper.wandb_sweeper.WandbSweeper"
     # The W&B sweep configuration (https://docs.wandb.ai/guides/sweeps/sweep-config-keys).
-    method: str = "random"  # grid | random | bayes
+    method: str = "random"  # grid | random | bayes | custom (with scheduler)
     # {name, goal, ...} or dotted (hydra.sweeper.metric.name=val/acc); null: no metric
     metric: Optional[MetricConf] = field(default_factory=MetricConf)  # noqa: UP045
     parameters: dict[str, Any] = field(
         default_factory=dict
     )  # Hydra key or config group -> W&B spec
+    # multi-objective (method: custom): [{name: val/acc, goal: maximize}, {name: ..., goal: ...}]
+    metrics: Any = None
+    # method: custom: {engine: optuna | ax | wandb, source: file.py, optimizer: study factory in
+    # source, search_space: define-by-run function in source}; source: relative to the sweep
+    # definition or the working directory
+    scheduler: Any = None
     early_terminate: Any = None  # {type: hyperband, min_iter | max_iter + s, eta, strict}
     run_cap: Any = None
     name: Any = None

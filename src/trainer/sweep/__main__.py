@@ -9,7 +9,7 @@ from pathlib import Path
 
 from trainer.errors import exit_on_error
 from trainer.layout import SweepLayout
-from trainer.sweep import engine, report
+from trainer.sweep import engines, report
 from trainer.sweep.directory import find, known, output_root, sweep_id_of
 from trainer.sweep.store import SweepStore
 
@@ -30,6 +30,12 @@ def _elsewhere(root: Path, sweep_id: str, layout: SweepLayout) -> bool:
     return home.is_symlink() or home.resolve() != layout.root
 
 
+def _run_count(runs: list[dict]) -> str:
+    """How many runs, and how many of them an optimizer pruned."""
+    pruned = sum(1 for r in runs if r["state"] == "pruned")
+    return f"{len(runs)} ({pruned} pruned)" if pruned else str(len(runs))
+
+
 def ls(root: Path) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -42,16 +48,19 @@ def ls(root: Path) -> int:
     for sweep_id, layout in sweeps:
         store = SweepStore(layout.db)
         res = report.results(store, sweep_id)
-        metric = res["metric"] or {}
+        goals = res.get("metrics") or [res["metric"] or {}]
         best = res["best"]
+        front = res.get("pareto_front")
         row = [
             sweep_id,
             str(res["method"]),
-            engine.sweep_state(str(store.get("state", "created")), store.config, store.runs()),
-            str(len(res["runs"])),
-            f"{metric.get('name', '-')} ({metric.get('goal', '-')})",
-            "-" if best is None else f"{best['metric']:.4g} ({best['id']})",
+            engines.sweep_state(str(store.get("state", "created")), store),
+            _run_count(res["runs"]),
+            ", ".join(f"{g.get('name', '-')} ({g.get('goal', '-')})" for g in goals),
+            f"{best['metric']:.4g} ({best['id']})" if best else "-",
         ]
+        if front is not None:  # multi-objective: the Pareto front's size
+            row[-1] = f"Pareto front: {len(front)} run(s)"
         away = _elsewhere(root, sweep_id, layout)
         table.add_row(*row, *([str(layout.root) if away else "-"] * elsewhere))
         store.close()

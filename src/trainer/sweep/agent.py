@@ -17,12 +17,13 @@ from typing import Any
 from trainer import cpu_share
 from trainer.errors import TrainerError
 from trainer.layout import SweepLayout
-from trainer.sweep import cpu_slots, engine, gpu_slots
+from trainer.sweep import cpu_slots, engines, gpu_slots
 from trainer.sweep.command import expand
-from trainer.sweep.directory import new_id, sweep_id_of
+from trainer.sweep.directory import sweep_id_of
 from trainer.sweep.launch import Launcher, Trial
 from trainer.sweep.records import BUSY
 from trainer.sweep.store import RunRecord, SweepStore
+from trainer.sweep_params import trial_env
 
 POLL_S = 0.25  # how often a running trial's metrics, stop flag and exit are checked
 HEARTBEAT_S = 2.0  # how often the store hears that a run's agent is alive
@@ -30,25 +31,6 @@ KILL_DELAY_S = 30.0  # SIGKILL a stopped run that has not exited this long after
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # forwarded to the running trial
 TAIL_LINES = 30  # log lines kept in the store for a run that did not finish
 DEVICE_WAIT_S = 0.5  # how often an agent whose devices are all taken looks again
-
-
-def trial_env(sweep_id: str, run: RunRecord, params_path: Path, run_dir: Path) -> dict[str, str]:
-    """The environment `wandb agent` gives its children, W&B offline, grouped by sweep."""
-    from wandb.sdk.lib import config_util
-
-    config_util.save_config_file_from_dict(
-        str(params_path), {k: {"value": v} for k, v in run.params.items()}
-    )
-    env = dict(os.environ)
-    env.update(
-        WANDB_RUN_ID=run.id,
-        WANDB_SWEEP_ID=sweep_id,
-        WANDB_SWEEP_PARAM_PATH=str(params_path),
-        WANDB_DIR=str(run_dir),
-        WANDB_RUN_GROUP=sweep_id,
-        WANDB_MODE="offline",
-    )
-    return env
 
 
 def _tail(path: Path, lines: int = TAIL_LINES) -> str:
@@ -70,11 +52,15 @@ def read_summary(path: Path) -> dict | None:
         return None
 
 
-def _final_state(code: int, stop_requested: bool, interrupted: bool = False) -> str:
+def _final_state(
+    code: int, stop_requested: bool, interrupted: bool = False, stopped: str = "stopped"
+) -> str:
+    """How a trial ended; `stopped` names a run its engine stopped (hyperband: stopped, a
+    scheduler optimizer's pruner: pruned)."""
     if interrupted:  # the agent was told to stop: the run did not finish, --rerun-crashed reruns it
         return "finished" if code == 0 else "crashed"
     if stop_requested and code in (0, 128 + signal.SIGTERM, -signal.SIGTERM, -signal.SIGKILL):
-        return "stopped"
+        return stopped
     if code == 0:
         return "finished"
     if code < 0:  # ended by a signal it did not handle
@@ -104,7 +90,8 @@ class LocalAgent:
         self.store = SweepStore(layout.db)
         self.sweep_id = sweep_id_of(self.store, layout)
         self.config: dict = self.store.config
-        self.early_terminate = bool(self.config.get("early_terminate"))
+        # claims runs and decides stops: classic (grid, random, bayes, hyperband) or optuna/ax
+        self.engine = engines.for_sweep(self.store, layout, self.config, self.sweep_id)
         self.rerun_crashed = rerun_crashed
         self.max_consecutive_failures = max_consecutive_failures
         self.signum: int | None = None  # SIGTERM/SIGINT the agent received
@@ -152,6 +139,7 @@ class LocalAgent:
             )
             return self._run(count)
         finally:
+            self.engine.close()  # a scheduler optimizer's lease goes to another agent
             if self.launcher is not None:
                 self.launcher.close()
             cpu_slots.release_share(self.layout.root)
@@ -163,12 +151,11 @@ class LocalAgent:
         done, waited = 0, False
         failures: list[RunRecord] = []
         while self.signum is None and (count is None or done < count):
-            run = self.store.claim(
-                lambda runs: engine.next_params(self.config, runs),
-                new_id=new_id,
+            run = self.engine.claim(
                 agent_pid=os.getpid(),
                 rerun_crashed=self.rerun_crashed,
                 pool=self.pool,
+                stop=lambda: self.signum is not None,
             )
             if run is BUSY:  # every device it may use runs a trial: wait for one to end
                 if not waited:
@@ -177,6 +164,8 @@ class LocalAgent:
                 time.sleep(DEVICE_WAIT_S)
                 continue
             waited = False
+            if run is None and self.signum is not None:  # stopped while waiting for a run
+                return 128 + self.signum
             if run is None:
                 print(
                     f"agent: sweep {self.sweep_id} has no more runs to hand out "
@@ -214,7 +203,7 @@ class LocalAgent:
         resume = run.resumable  # interrupted: the same run continues from its last.pt
         argv += ["trainer.resume=auto"] if resume else []
         env = {
-            **trial_env(self.sweep_id, run, params_path, run_dir),
+            **trial_env(self.sweep_id, run.id, run.params, params_path, run_dir),
             **self.share.env(),
             **gpu_slots.trial_env(run.devices),
         }
@@ -244,7 +233,9 @@ class LocalAgent:
         finally:
             self._trial = None
         stop_requested = self.store.stop_requested(run.id)
-        state = _final_state(code, stop_requested, interrupted=self.signum is not None)
+        state = _final_state(
+            code, stop_requested, self.signum is not None, self.engine.stopped_state
+        )
         summary = read_summary(files.summary)
         self.store.update(
             run.id,
@@ -258,7 +249,8 @@ class LocalAgent:
         return state
 
     def _watch(self, run_id: str, proc: Trial, metrics_path: Path) -> int:
-        """Feed metrics.jsonl into the store as it grows; SIGTERM the run if hyperband says so."""
+        """Feed metrics.jsonl into the store as it grows; SIGTERM the run when its engine stops it
+        (hyperband, or a scheduler optimizer's pruner)."""
         offset, epochs, sigterm_at, beat = 0, 0, None, time.monotonic()
         while True:
             code = proc.poll()
@@ -268,14 +260,11 @@ class LocalAgent:
             if time.monotonic() - beat > HEARTBEAT_S:
                 self.store.heartbeat(run_id)
                 beat = time.monotonic()
-            if sigterm_at is None and self.early_terminate:
-                to_stop = engine.runs_to_stop(self.config, self.store.runs())
-                if to_stop:
-                    self.store.request_stop(to_stop)
-                if self.store.stop_requested(run_id):
-                    print(f"agent: early_terminate stops run {run_id} (SIGTERM)", flush=True)
-                    proc.send_signal(signal.SIGTERM)
-                    sigterm_at = time.monotonic()
+            if sigterm_at is None and self.engine.should_stop(run_id):
+                reason = self.engine.stop_reason
+                print(f"agent: {reason} stops run {run_id} (SIGTERM)", flush=True)
+                proc.send_signal(signal.SIGTERM)
+                sigterm_at = time.monotonic()
             elif sigterm_at is not None and time.monotonic() - sigterm_at > KILL_DELAY_S:
                 proc.kill()
             if self.signum is not None and sigterm_at is None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from trainer import cpu_share
 from trainer.errors import TrainerError
 from trainer.layout import SweepLayout
-from trainer.sweep import engine, report
+from trainer.sweep import engines, report
 from trainer.sweep.directory import (
     create,
     find,
@@ -133,7 +133,7 @@ def run_sweep(
     running = [r for r in store.runs() if r.state == "running"]
     state = "failed" if gave_up else ("running" if running else "finished")
     state = "interrupted" if interrupted and not gave_up else state
-    store.set("state", engine.sweep_state(state, store.config, store.runs()).split(" ")[0])
+    store.set("state", engines.sweep_state(state, store).split(" ")[0])
     res = report.write(store, sweep_id, layout)
     res["agent_exit_codes"] = codes
     report.print_leaderboard(res)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from trainer.sweep.gpu_slots import DevicePlan
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 PROBE_TIMEOUT_S = 3.0
+SCHEDULER_STOP_S = 30.0  # the scheduler finishes its step after SIGINT, or is killed
 
 
 class ServerUnavailable(RuntimeError):
@@ -118,6 +120,37 @@ def agent_command(path: str, count: int | None) -> list[str]:
     return [*command, path]
 
 
+def _stop_scheduler(process: subprocess.Popen) -> int:
+    """Ask the scheduler to finish its step (SIGINT, as Ctrl-C), SIGKILL it after a while."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            return process.wait(timeout=SCHEDULER_STOP_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    return process.wait()
+
+
+def _start_agents(
+    path: str,
+    count: int | None,
+    agents: int,
+    env: dict[str, str],
+    cpus_per_trial: int | None,
+    slots: list[list[str]],
+) -> list[subprocess.Popen]:
+    """`agents` wandb agent processes, each on its CPU share and (with devices) its slot's GPUs."""
+    processes = []
+    shares = cpu_share.plan_shares(cpu_share.process_limits(), agents, cpus_per_trial)[:agents]
+    for i, share in enumerate(shares):
+        gpus = gpu_slots.trial_env(slots[i % len(slots)] if slots else None)
+        with cpu_share.inherited_affinity(share.cores):  # its trials inherit the cores and env
+            processes.append(
+                subprocess.Popen(agent_command(path, count), env={**env, **share.env(), **gpus})
+            )
+    return processes
+
+
 def run_server_sweep(
     config: dict[str, Any],
     *,
@@ -137,7 +170,8 @@ def run_server_sweep(
     preflight()
     import wandb
 
-    if sweep_id is None:
+    created = sweep_id is None  # its creator runs the sweep's scheduler, joiners do not
+    if created:
         sweep_id = wandb.sweep(config, project=project, entity=entity)
         layout = SweepLayout(directory) if directory else SweepLayout.under(root, sweep_id)
         write_sweep_yaml(config, layout.yaml)
@@ -153,13 +187,20 @@ def run_server_sweep(
     # Trials must report to the server (metrics feed bayes and hyperband): online, whatever
     # logger.mode says (the environment wins over it).
     env = {**os.environ, "WANDB_MODE": "online"}
-    processes = []
-    shares = cpu_share.plan_shares(cpu_share.process_limits(), agents, cpus_per_trial)[:agents]
-    for i, share in enumerate(shares):
-        gpus = gpu_slots.trial_env(slots[i % len(slots)] if slots else None)
-        with cpu_share.inherited_affinity(share.cores):  # its trials inherit the cores and env
-            processes.append(
-                subprocess.Popen(agent_command(path, count), env={**env, **share.env(), **gpus})
-            )
-    codes = [process.wait() for process in processes]
-    return {"sweep_id": sweep_id, "backend": "wandb", "path": path, "agent_exit_codes": codes}
+    scheduler = None
+    if config.get("scheduler") is not None:  # the search runs here, W&B's scheduler client
+        from trainer.sweep.scheduler_engines import scheduler_command
+
+        command = scheduler_command(path, max(agents, 1))
+        print(
+            "its runs come from W&B's sweep scheduler, on one machine only (the command that "
+            f"creates the sweep with agents starts it):\n  {' '.join(command[2:])}",
+            flush=True,
+        )
+        if agents > 0 and created:
+            scheduler = subprocess.Popen(command, env=env)
+    codes = [p.wait() for p in _start_agents(path, count, agents, env, cpus_per_trial, slots)]
+    result = {"sweep_id": sweep_id, "backend": "wandb", "path": path, "agent_exit_codes": codes}
+    if scheduler is not None:
+        result["scheduler_exit_code"] = _stop_scheduler(scheduler)
+    return result

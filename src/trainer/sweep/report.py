@@ -1,20 +1,21 @@
-"""What a local sweep produced: the leaderboard table, results.json, best.yaml and sweep.png."""
+"""What a local sweep produced: the leaderboard table, results.json, best.yaml (sweep.png: see
+report_plot); multi-objective sweeps rank and mark their Pareto front."""
 
 from __future__ import annotations
 
 import json
 import math
 import textwrap
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from trainer.layout import SweepLayout, write_text_atomic
-from trainer.sweep import engine
+from trainer.sweep import engine, engines, pareto
 from trainer.sweep.command import fixed_overrides
-from trainer.sweep.distributions import LOG_SCALE
-from trainer.sweep.store import SweepStore
+from trainer.sweep.report_plot import figure as figure
+from trainer.sweep.report_plot import plot as plot
+from trainer.sweep.store import RunRecord, SweepStore
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -58,41 +59,56 @@ def failure_reason(log_tail: str | None) -> str | None:
     return lines[-1][:200] if lines else None
 
 
+def _entry(r: RunRecord, goals: list[dict[str, Any]], multi: bool) -> dict[str, Any]:
+    values = [engine.metric_value(r, goal) for goal in goals]
+    entry = {
+        "id": r.id,
+        "state": r.state,
+        "params": r.params,
+        "metric": values[0] if values else None,
+        "run_dir": r.run_dir,
+        "exit_code": r.exit_code,
+        "reason": failure_reason(r.log_tail) if r.state in ("failed", "crashed") else None,
+        "devices": r.devices or [],
+        "log": r.log_path,
+        "duration_s": r.duration_s,
+        "epochs": len(r.history),
+        **_compile_info(r.summary),
+    }
+    if multi:
+        entry["objectives"] = {goal["name"]: v for goal, v in zip(goals, values, strict=True)}
+    return entry
+
+
 def results(store: SweepStore, sweep_id: str) -> dict[str, Any]:
-    """The results dict (also results.json): every run, ranked by the sweep metric."""
+    """The results dict (also results.json): every run, ranked by the sweep metric; with
+    multi-objective `metrics`, the Pareto front (finished runs) first, marked `pareto`."""
     config = store.config
-    metric = config.get("metric")
-    runs: list[dict[str, Any]] = []
-    for r in store.runs():
-        if r.superseded:
-            continue
-        runs.append(
-            {
-                "id": r.id,
-                "state": r.state,
-                "params": r.params,
-                "metric": engine.metric_value(r, metric),
-                "run_dir": r.run_dir,
-                "exit_code": r.exit_code,
-                "reason": failure_reason(r.log_tail) if r.state in ("failed", "crashed") else None,
-                "devices": r.devices or [],
-                "log": r.log_path,
-                "duration_s": r.duration_s,
-                "epochs": len(r.history),
-                **_compile_info(r.summary),
-            }
-        )
-    runs.sort(key=_rank_key(metric))
-    ranked = [e for e in runs if e["metric"] is not None and e["state"] in ("finished", "stopped")]
-    return {
+    metric, goals = config.get("metric"), pareto.objectives(config)
+    multi = isinstance(config.get("metrics"), list)
+    runs = [_entry(r, goals, multi) for r in store.runs() if not r.superseded]
+    res: dict[str, Any] = {
         "sweep_id": sweep_id,
         "backend": "local",
-        "engine": engine.engine_name(),  # which code decided the runs
+        "engine": engines.engine_name(config),  # which code decided the runs
         "method": config.get("method"),
         "metric": metric,
-        "runs": runs,
-        "best": ranked[0] if ranked else None,
     }
+    if multi:
+        finished = {
+            e["id"]: list(e["objectives"].values()) for e in runs if e["state"] == "finished"
+        }
+        on_front = set(pareto.front(finished, goals))
+        rank = _rank_key(goals[0] if goals else None)
+        for e in runs:
+            e["pareto"] = e["id"] in on_front
+        runs.sort(key=lambda e: (not e["pareto"], *rank(e)))
+        res["metrics"] = goals
+        res["pareto_front"] = [e for e in runs if e["pareto"]]
+        return {**res, "runs": runs, "best": None}
+    runs.sort(key=_rank_key(metric))
+    ranked = [e for e in runs if e["metric"] is not None and e["state"] in ("finished", "stopped")]
+    return {**res, "runs": runs, "best": ranked[0] if ranked else None}
 
 
 def best_overrides(config: dict, best: dict | None) -> list[str]:
@@ -106,18 +122,31 @@ def best_overrides(config: dict, best: dict | None) -> list[str]:
     return [*fixed_overrides(config), *params]
 
 
+def _best_text(config: dict, sweep_id: str, res: dict[str, Any]) -> str:
+    """best.yaml: the overrides of the best run (its command on the first line), or with
+    `metrics` those of every Pareto-optimal run, keyed by run id (one command line each)."""
+    front = res.get("pareto_front")
+    if front is None:
+        overrides = best_overrides(config, res["best"])
+        if not overrides:
+            return f"# Sweep {sweep_id} has no finished run with a metric yet.\n"
+        header = f"# Best run of sweep {sweep_id}: python -m trainer " + " ".join(overrides)
+        return header + "\n" + yaml.safe_dump(overrides, sort_keys=False)
+    if not front:
+        return f"# Sweep {sweep_id} has no finished run with every objective yet.\n"
+    names = ", ".join(m["name"] for m in res["metrics"])
+    doc = {e["id"]: best_overrides(config, e) for e in front}
+    lines = [f"# The {len(front)} Pareto-optimal run(s) of sweep {sweep_id} ({names}):"]
+    lines += [f"# {key}: python -m trainer " + " ".join(ov) for key, ov in doc.items()]
+    return "\n".join(lines) + "\n" + yaml.safe_dump(doc, sort_keys=False)
+
+
 def write(store: SweepStore, sweep_id: str, layout: SweepLayout) -> dict[str, Any]:
     """Write results.json and best.yaml into the sweep directory (atomically: several agents
     refresh them); return the results."""
     res = results(store, sweep_id)
     write_text_atomic(layout.results, json.dumps(res, indent=2, default=str))
-    overrides = best_overrides(store.config, res["best"])
-    header = (
-        f"# Best run of sweep {sweep_id}: python -m trainer " + " ".join(overrides) + "\n"
-        if overrides
-        else f"# Sweep {sweep_id} has no finished run with a metric yet.\n"
-    )
-    write_text_atomic(layout.best, header + yaml.safe_dump(overrides, sort_keys=False))
+    write_text_atomic(layout.best, _best_text(store.config, sweep_id, res))
     return res
 
 
@@ -142,15 +171,27 @@ def _params(entry: dict[str, Any]) -> str:
     return " ".join(f"{k}={_fmt(v)}" for k, v in entry["params"].items())
 
 
+def _metric_cells(res: dict[str, Any], e: dict[str, Any]) -> list[str]:
+    """The metric cell(s) of a run: one per objective, and the Pareto mark, with `metrics`."""
+    if "pareto_front" not in res:
+        return ["-" if e["metric"] is None else _fmt(e["metric"])]
+    values = ["-" if v is None else _fmt(v) for v in e["objectives"].values()]
+    return [*values, "*" if e["pareto"] else ""]
+
+
 def leaderboard(res: dict[str, Any], *, with_params: bool) -> Table:
-    """The leaderboard table: rank, run, metric, state, duration, compile time, cache hits; the
-    parameters as a last column when `with_params`."""
+    """The leaderboard table: rank, run, metric (each objective and a Pareto mark for a
+    multi-objective sweep), state, duration, compile time, cache hits; the parameters as a
+    last column when `with_params`."""
     from rich.table import Table
 
     metric = res["metric"] or {}
+    names = [metric.get("name", "metric")]
+    if "pareto_front" in res:
+        names = [*(m["name"] for m in res["metrics"]), "pareto"]
     table = Table(title=f"sweep {res['sweep_id']} ({res.get('method')})")
     gpus = any(e.get("devices") for e in res["runs"])
-    for col in ("rank", "run", metric.get("name", "metric"), "state", "time", "compile_s"):
+    for col in ("rank", "run", *names, "state", "time", "compile_s"):
         table.add_column(col, no_wrap=True)
     if gpus:
         table.add_column("gpu", no_wrap=True)
@@ -162,7 +203,7 @@ def leaderboard(res: dict[str, Any], *, with_params: bool) -> Table:
         table.add_row(
             str(i),
             e["id"],
-            "-" if e["metric"] is None else _fmt(e["metric"]),
+            *_metric_cells(res, e),
             e["state"],
             "-" if dur is None else f"{dur:.1f}s",
             "-" if e.get("compile_s") is None else f"{e['compile_s']:.2f}",
@@ -203,97 +244,6 @@ def print_leaderboard(res: dict[str, Any], console: Console | None = None) -> No
         console.print(
             f"best: {res['best']['id']}  {metric.get('name')}={_fmt(res['best']['metric'])}"
         )
-
-
-def plot(store: SweepStore, res: dict[str, Any], path: Path) -> Path:
-    """sweep.png (see `figure`)."""
-    import matplotlib.pyplot as plt
-
-    fig = figure(store, res)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
-
-
-def figure(store: SweepStore, res: dict[str, Any]):
-    """The sweep's figure: titled with sweep, method, metric and goal; the metric against each
-    swept parameter (log axis for log distributions, a categorical axis for non-numbers); the
-    metric over runs in order of completion with the best-so-far curve and integer run ticks.
-    The best run is a red star, runs hyperband stopped are crosses."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    config = store.config
-    params = list(config.get("parameters", {}))
-    metric = res["metric"] or {}
-    name = metric.get("name", "metric")
-    rows = [e for e in res["runs"] if e["metric"] is not None]
-    fig, axes = plt.subplots(1, len(params) + 1, figsize=(4 * (len(params) + 1), 3.8))
-    axes = list(axes) if len(params) else [axes]
-    fig.suptitle(
-        f"sweep {res['sweep_id']} ({res['method']}): {name}, goal {metric.get('goal', '-')}"
-    )
-    for ax, key in zip(axes, params, strict=False):
-        xs = _param_axis(ax, key, config["parameters"][key], [e["params"].get(key) for e in rows])
-        _points(ax, rows, xs, res)
-        ax.set_xlabel(key)
-        ax.set_ylabel(name)
-    _over_runs(axes[-1], store, rows, res, maximize=metric.get("goal") == "maximize")
-    axes[-1].set_ylabel(name)
-    fig.tight_layout()
-    return fig
-
-
-def _param_axis(ax: Any, key: str, spec: dict[str, Any], xs: list[Any]) -> list[Any]:
-    """The x positions of `xs` on `ax`: numbers as they are (log axis for a log distribution),
-    anything else one tick per category, in the order of the sweep's `values`."""
-    if all(isinstance(x, int | float) and not isinstance(x, bool) for x in xs):
-        if spec.get("distribution") in LOG_SCALE:
-            ax.set_xscale("log")
-        return xs
-    labels = [str(v) for v in spec.get("values", [])]
-    labels += sorted({str(x) for x in xs} - set(labels))
-    ax.set_xticks(range(len(labels)), labels)
-    return [labels.index(str(x)) for x in xs]
-
-
-def _points(ax: Any, rows: list[dict[str, Any]], xs: list[Any], res: dict[str, Any]) -> None:
-    """Each run's metric at `xs`: dots, crosses for hyperband-stopped runs, a star for the best."""
-    best = res["best"]["id"] if res["best"] else None
-    ys = [e["metric"] for e in rows]
-    marks = {
-        "run": [i for i, e in enumerate(rows) if e["state"] != "stopped"],
-        "stopped by hyperband": [i for i, e in enumerate(rows) if e["state"] == "stopped"],
-        "best": [i for i, e in enumerate(rows) if e["id"] == best],
-    }
-    style = {"run": ("o", 18, None), "stopped by hyperband": ("x", 40, "gray")}
-    style["best"] = ("*", 160, "red")
-    for label, picked in marks.items():
-        if picked:
-            marker, size, color = style[label]
-            xy = [xs[i] for i in picked], [ys[i] for i in picked]
-            ax.scatter(*xy, marker=marker, s=size, color=color, label=label)
-
-
-def _over_runs(
-    ax: Any, store: SweepStore, rows: list[dict[str, Any]], res: dict[str, Any], maximize: bool
-) -> None:
-    from matplotlib.ticker import MaxNLocator
-
-    by_id = {r.id: r for r in store.runs()}
-    timed = sorted(rows, key=lambda e: by_id[e["id"]].ended_at or 0)
-    order = list(range(1, len(timed) + 1))
-    ax.plot(order, [e["metric"] for e in timed], "-", color="lightgray", lw=1)
-    _points(ax, timed, order, res)
-    best_so_far, current = [], None
-    for e in timed:
-        better = current is None or (e["metric"] > current if maximize else e["metric"] < current)
-        current = e["metric"] if better else current
-        best_so_far.append(current)
-    ax.step(order, best_so_far, where="post", color="tab:green", label="best so far")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("run (in order of completion)")
-    if timed:
-        ax.legend(fontsize="small")
+    for e in res.get("pareto_front") or ():
+        values = "  ".join(f"{k}={_fmt(v)}" for k, v in e["objectives"].items())
+        console.print(f"pareto: {e['id']}  {values}")

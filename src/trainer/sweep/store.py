@@ -20,7 +20,7 @@ from trainer.sweep.records import BUSY, Busy, RunRecord, to_json
 if TYPE_CHECKING:
     from trainer.sweep.gpu_slots import DevicePool
 
-TERMINAL = ("finished", "failed", "crashed", "stopped")
+TERMINAL = ("finished", "failed", "crashed", "stopped", "pruned")
 
 
 _SCHEMA = """
@@ -81,6 +81,11 @@ class SweepStore:
 
     def close(self) -> None:
         self._db.close()
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The store's connection, for tables kept beside `runs` (trainer.sweep.optimizer_queue)."""
+        return self._db
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:

@@ -16,7 +16,16 @@ from trainer.sweep.command import template
 from trainer.sweep.distributions import MIN_MAX, grid_points
 
 # The top-level keys of a W&B sweep configuration that the sweeper config carries.
-SWEEP_KEYS = ("name", "description", "method", "metric", "early_terminate", "run_cap")
+SWEEP_KEYS = (
+    "name",
+    "description",
+    "method",
+    "metric",
+    "metrics",
+    "scheduler",
+    "early_terminate",
+    "run_cap",
+)
 # Command-line overrides that concern the sweep itself, not the trials.
 _SWEEPER_PREFIXES = ("hydra.sweeper", "hydra/sweeper", "hydra.mode", "hydra.sweep.")
 
@@ -107,7 +116,9 @@ def build_sweep_config(
         value = sweep_metric(sweeper.get(key)) if key == "metric" else sweeper.get(key)
         if value is not None:
             config[key] = value
-    config["parameters"] = parameters
+    scheduler = config.get("scheduler")
+    if parameters or not (isinstance(scheduler, dict) and scheduler.get("search_space")):
+        config["parameters"] = parameters  # a define-by-run search space needs none
     config["command"] = template(fixed, config_args, sweeper.get("gpus_per_trial") or 1)
     return config
 

@@ -34,7 +34,7 @@ def _probability_problems(key: str, spec: dict, method: str | None) -> list[str]
     return problems
 
 
-def _parameter_problems(
+def parameter_problems(
     key: str,
     spec: Any,
     method: str | None,
@@ -113,16 +113,50 @@ def schema_problems(config: dict[str, Any]) -> list[str]:
     ]
 
 
+def _fix(message: str) -> str:
+    """Our fix after a schema message that does not say it."""
+    if message.startswith("metrics: ") and message.endswith("is too short"):
+        return " (metrics takes two or more objectives; a single one goes in metric: {name, goal})"
+    return ""
+
+
+def _custom_problems(config: dict[str, Any]) -> list[str]:
+    """method: custom (W&B's pluggable scheduler) and multi-objective `metrics:`."""
+    problems = []
+    objectives = config.get("metrics")
+    if config.get("method") == "custom" and not config.get("scheduler"):
+        problems.append(
+            "method: custom needs a scheduler block, e.g. scheduler: {engine: optuna} (or ax); "
+            "or use method random, grid or bayes"
+        )
+    if config.get("method") == "custom" and not (config.get("metric") or objectives):
+        problems.append(
+            "method: custom needs metric: {name: val/acc, goal: maximize} (or metrics: with two "
+            "or more objectives): the optimizer optimises it"
+        )
+    if not isinstance(objectives, list):
+        return problems
+    for i, objective in enumerate(objectives):
+        name = objective.get("name") if isinstance(objective, dict) else None
+        if name is not None and name not in EPOCH_METRICS:
+            problems.append(
+                f"metrics[{i}].name {name!r} is not logged by the trainer; use one of "
+                f"{', '.join(EPOCH_METRICS)}"
+            )
+    return problems
+
+
 def sweep_problems(
     config: dict[str, Any], keys: Iterable[str], groups: dict[str, list[str]]
 ) -> list[str]:
     """All problems of `config` (a W&B sweep config), given the composed config's dotted keys
     and the config groups with their options."""
-    problems = [f"W&B schema: {m}" for m in schema_problems(config)]
+    problems = [f"W&B schema: {m}{_fix(m)}" for m in schema_problems(config)]
     method = config.get("method")
     metric = config.get("metric")
     if method == "bayes" and not metric:
         problems.append("method bayes needs a metric; set metric: {name: val/acc, goal: maximize}")
+    problems += _custom_problems(config)
     if config.get("early_terminate") and not metric:
         problems.append("early_terminate needs a metric; set metric: {name: ..., goal: ...}")
     if isinstance(metric, dict) and metric.get("name") not in EPOCH_METRICS:
@@ -135,7 +169,7 @@ def sweep_problems(
         problems.append(f"run_cap {cap!r} must be a positive integer (or left out)")
     keyset = set(keys)
     for key, spec in (config.get("parameters") or {}).items():
-        problems.extend(_parameter_problems(key, spec, method, keyset, groups))
+        problems.extend(parameter_problems(key, spec, method, keyset, groups))
     # The schema and our own checks may say the same thing; keep each once, in order.
     return list(dict.fromkeys(problems))
 

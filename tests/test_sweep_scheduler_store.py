@@ -1,0 +1,120 @@
+"""The optimizer lease and the suggestion queue in the sweep store, in-process (no trials): one
+holder drives the optimizer, a dead holder's lease is taken over and the optimizer rebuilt from
+the stored runs, and every queued suggestion is claimed exactly once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from trainer.layout import SweepLayout
+from trainer.sweep.optimizer_queue import SuggestionQueue
+from trainer.sweep.scheduler_driver import SchedulerDriver, SchedulerEngine
+from trainer.sweep.store import SweepStore
+
+CONFIG = {
+    "method": "custom",
+    "metric": {"name": "val/acc", "goal": "maximize"},
+    "run_cap": 6,
+    "parameters": {"optimizer.lr": {"distribution": "log_uniform_values", "min": 1e-4, "max": 1}},
+    "scheduler": {"engine": "optuna"},
+    "command": [],
+}
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    layout = SweepLayout(tmp_path / "sweep")
+    store = SweepStore(layout.db)
+    store.set("config", CONFIG)
+    return layout, store
+
+
+@pytest.fixture
+def dead_pid():
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def _finish(store: SweepStore, run_id: str, acc: float) -> None:
+    store.add_metrics(run_id, [{"val/acc": acc / 2}, {"val/acc": acc}], 0)
+    store.update(run_id, state="finished")
+
+
+def _claim(engine: SchedulerEngine):
+    return engine.claim(agent_pid=os.getpid(), rerun_crashed=False, stop=lambda: False)
+
+
+def test_one_holder_drives_and_a_dead_holders_lease_is_taken_over(sweep, dead_pid):
+    layout, store = sweep
+    first = SchedulerEngine(store, layout, CONFIG, "s1")
+    runs = [_claim(first) for _ in range(3)]
+    for i, run in enumerate(runs[:2]):
+        _finish(store, run.id, 0.5 + i / 10)
+    queue = SuggestionQueue(store)
+    assert queue.lease(store.connection)[2] == 1  # generation 1: the first holder
+    other = SchedulerDriver(SweepStore(layout.db), layout, CONFIG, "s1")
+    other.step(force=True)
+    assert other.session is None and other.generation is None  # a live holder keeps it
+
+    with store.transaction() as db:  # the holder dies: its lease names a dead process
+        db.execute("UPDATE optimizer_lease SET pid = ?", (dead_pid,))
+    other.queue.wait(os.getpid(), True)
+    other.step(force=True)
+    assert other.generation == 2
+    study = other.session._optimizer.study
+    told = [t for t in study.trials if t.state.name == "COMPLETE"]
+    assert sorted(t.value for t in told) == [0.5, 0.6]  # rebuilt from the stored runs
+    assert runs[2].id in other.tracked  # the running run is adopted
+    (queued,) = other.queue.queued(other.store.connection)
+    assert queued.info["lease_generation"] == 2 and queued.info["results_known"] == 2
+    other.close()
+    first.close()
+
+
+def test_queued_suggestions_are_claimed_once_and_adopted_after_a_takeover(sweep, dead_pid):
+    layout, store = sweep
+    driver = SchedulerDriver(store, layout, CONFIG, "s1")
+    queue = driver.queue
+    for pid in (os.getpid(), dead_pid + 1_000_000):  # one live waiting agent (and a stale row)
+        queue.wait(pid, True)
+    driver.step(force=True)
+    assert len(queue.queued(store.connection)) == 1
+    with store.transaction() as db:
+        db.execute("UPDATE optimizer_lease SET pid = ?", (dead_pid,))
+    driver.session = None  # as if this process had died with the lease
+    driver.spare = None
+    successor = SchedulerDriver(SweepStore(layout.db), layout, CONFIG, "s1")
+    successor.step(force=True)
+    assert list(successor.queued) == [queue.queued(store.connection)[0].seq]  # adopted
+    claims = [
+        SuggestionQueue(SweepStore(layout.db)).claim(
+            new_id=lambda i=i: f"r{i}", agent_pid=os.getpid(), rerun_crashed=False
+        )
+        for i in range(2)
+    ]
+    assert claims[0] is not None and claims[1] is None  # handed out exactly once
+    assert claims[0].search_info["suggestion"] == list(successor.queued)[0]
+    successor.step(force=True)
+    assert claims[0].id in successor.tracked
+    successor.close()
+
+
+def test_the_search_ends_at_run_cap_and_says_why(sweep):
+    layout, store = sweep
+    config = {**CONFIG, "run_cap": 2}
+    store.set("config", config)
+    engine = SchedulerEngine(store, layout, config, "s1")
+    for _ in range(2):
+        _finish(store, _claim(engine).id, 0.9)
+    assert _claim(engine) is None
+    assert engine.over() == "run_cap 2 reached"
+    engine.close()
+    queue = SuggestionQueue(store)
+    assert queue.takeable() and queue.lease(store.connection)[0] == ""  # handed back on close
+    with store.transaction() as db:  # the next holder's generation follows
+        assert queue.hold(db, "next", os.getpid()) == 2
