@@ -191,9 +191,10 @@ def test_four_trials_on_two_devices_never_share_one(tmp_path, capfd):
             (tmp_path / "sweeps" / res["sweep_id"] / "runs" / run.id / "summary.json").read_text()
         )
         assert summary["cuda_visible_devices"] == run.devices[0] and summary["device"] == "cpu"
-    assert sorted(d for r in res["runs"] for d in r["devices"]) == ["0", "0", "1", "1"]
+    assert all(r["devices"] in (["0"], ["1"]) for r in res["runs"])  # results.json has them
     out = capfd.readouterr().out
     assert out.count("agent: no GPU here: trials get CUDA_VISIBLE_DEVICES=0") == 2  # once each
+    assert "trials start as new processes" not in out  # every trial forked from a template
 
 
 def test_two_trials_per_device_share_it_and_never_three(tmp_path):

@@ -68,7 +68,8 @@ def median(sweep):
         direction="maximize",
         pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0),
     )
-    for lr, epochs in ((0.05, 1), (0.05, 1), (1e-9, 8)):  # two good runs, then a hopeless one
+    # two good runs, then a hopeless one, long enough that only a pruner ends it early
+    for lr, epochs in ((0.05, 1), (0.05, 1), (1e-9, 60)):
         study.enqueue_trial({"optimizer.lr": lr, "trainer.max_epochs": epochs})
     return study
 """
@@ -83,7 +84,7 @@ def test_a_median_pruner_prunes_a_clearly_bad_run_which_keeps_its_checkpoint(tmp
         "scheduler": {"engine": "optuna", "source": str(tmp_path / "studies.py"), "optimizer": "median"},
         "parameters": {
             "optimizer.lr": {"distribution": "log_uniform_values", "min": 1e-10, "max": 0.5},
-            "trainer.max_epochs": {"values": [1, 8]},
+            "trainer.max_epochs": {"values": [1, 60]},
         },
         "command": [*TRIAL, "data.batch_size=128"],
     }  # fmt: skip
@@ -91,7 +92,7 @@ def test_a_median_pruner_prunes_a_clearly_bad_run_which_keeps_its_checkpoint(tmp
     by_lr = {r["params"]["optimizer.lr"]: r for r in res["runs"]}
     bad = by_lr[1e-9]
     assert bad["state"] == "pruned" and bad["exit_code"] == 143
-    assert 1 <= bad["epochs"] < 8
+    assert 1 <= bad["epochs"] < 60
     assert (
         tmp_path / "sweeps" / res["sweep_id"] / "runs" / bad["id"] / "checkpoints" / "last.pt"
     ).is_file()

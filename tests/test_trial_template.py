@@ -76,6 +76,10 @@ def test_a_forked_trial_sees_what_a_new_process_sees(template, tmp_path):
     forked = json.loads(out.read_text())
     plain = _plain(template, tmp_path, "plain", env_extra=per_trial)
     forked["argv"][1] = plain["argv"][1] = "OUT"  # each wrote its own file
+    # What the template's imports set (KMP_*, Inductor's cache dir) a trial gets as defaults,
+    # as a new `python -m trainer` process would from the same imports.
+    assert template.set_by_imports and set(template.set_by_imports) <= set(forked["env"])
+    plain["env"] = {**template.set_by_imports, **plain["env"]}
     for key in ("argv", "path", "env", "cwd", "affinity", "sigint", "sigterm", "main"):
         assert forked[key] == plain[key], key
     assert forked["pid"] == trial.pid != template.process.pid
@@ -159,6 +163,9 @@ def test_only_python_m_trainer_on_this_interpreter_and_environment_is_forked(tem
     assert "not `python -m trainer`" in template.usable_for(["torchrun", "-m", "trainer"], env)
     assert "not `python -m trainer`" in template.usable_for(["python3.9", "-m", "trainer"], env)
     assert "OMP_NUM_THREADS" in template.usable_for(trainer, {**env, "OMP_NUM_THREADS": "7"})
+    # the defaults scikit-learn's import sets in the agent too do not keep a trial from forking
+    assert template.usable_for(trainer, {**env, **template.set_by_imports}) == ""
+    assert "KMP_INIT_AT_FORK" in template.usable_for(trainer, {**env, "KMP_INIT_AT_FORK": "x"})
 
 
 def test_a_torchrun_sweep_starts_no_template(tmp_path, capsys):

@@ -82,8 +82,12 @@ def forkable(command: list[str], modules: tuple[str, ...] = MODULES) -> bool:
     )
 
 
-def _env_difference(template_env: dict[str, str], env: dict[str, str]) -> list[str]:
-    """Variables that differ between the template and a trial beyond the per-trial ones."""
+def _env_difference(
+    template_env: dict[str, str], env: dict[str, str], set_by_imports: dict[str, str]
+) -> list[str]:
+    """Variables that differ between the template and a trial beyond the per-trial ones, and
+    beyond the defaults the template's imports set (which the agent's own imports may have
+    set too, and which a forked trial gets, as a new process would)."""
     keys = set(template_env) | set(env)
     return sorted(
         k
@@ -91,6 +95,7 @@ def _env_difference(template_env: dict[str, str], env: dict[str, str]) -> list[s
         if template_env.get(k) != env.get(k)
         and not k.startswith(PER_TRIAL_PREFIXES)
         and k not in PER_TRIAL_KEYS
+        and env.get(k, set_by_imports.get(k)) != set_by_imports.get(k, object())
     )
 
 
@@ -123,6 +128,7 @@ class TrialTemplate:
             )
         theirs.close()
         self.ready: bool | None = None  # None: still importing
+        self.set_by_imports: dict[str, str] = {}  # environment defaults its imports set
         self.problem = ""
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> bool:
@@ -158,7 +164,7 @@ class TrialTemplate:
             or body[2] not in self.modules
         ):
             return "the sweep's command is not `python -m trainer` on this interpreter"
-        differ = _env_difference(self.env, env)
+        differ = _env_difference(self.env, env, self.set_by_imports)
         if differ:
             return f"the trial's environment differs from the agent's in {', '.join(differ)}"
         if os.getcwd() != self.cwd:
@@ -205,7 +211,7 @@ class TrialTemplate:
             self.dead = True
             self.problem = self.problem or f"ended (exit code {self.process.poll()})"
         elif "ready" in message:
-            self.ready = True
+            self.ready, self.set_by_imports = True, message.get("set_by_imports") or {}
         elif "error" in message:
             self.ready, self.problem = False, message["error"]
         elif "exited" in message and message["exited"] in self.trials:

@@ -109,9 +109,12 @@ def serve(sock: socket.socket) -> Request | None:
         send(sock, {"started": pid})
 
 
-def become_trial(request: Request, sock: socket.socket) -> None:
+def become_trial(
+    request: Request, sock: socket.socket, set_by_imports: dict[str, str] | None = None
+) -> None:
     """In the forked child: the process `subprocess.Popen(argv, env=..., stdout=log,
-    stderr=STDOUT, start_new_session=True)` would have started, minus the imports."""
+    stderr=STDOUT, start_new_session=True)` would have started, minus the imports (whose
+    environment defaults `set_by_imports` it gets, as their import would set them)."""
     sock.close()
     os.setsid()
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -123,6 +126,8 @@ def become_trial(request: Request, sock: socket.socket) -> None:
     os.chdir(request.cwd)
     os.environ.clear()
     os.environ.update(request.env)
+    for key, value in (set_by_imports or {}).items():
+        os.environ.setdefault(key, value)
     if request.cores and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, request.cores)
     if "numpy" in sys.modules:  # a fresh process seeds numpy's global generator from the OS
@@ -134,17 +139,21 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     sock = socket.socket(fileno=int(argv[0]))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the agent decides when the template ends
+    before = dict(os.environ)
     try:
         for name in PREIMPORT:
             importlib.import_module(name)
     except Exception as err:  # reported to the agent, which then starts trials as processes
         send(sock, {"error": f"importing {name} failed: {type(err).__name__}: {err}"})
         return 1
-    send(sock, {"ready": os.getpid(), "python": sys.executable})
+    # Variables the imports set (scikit-learn's KMP_* defaults): a new process's imports would
+    # set them again, a fork's do not, so each trial gets them as defaults.
+    set_by_imports = {k: v for k, v in os.environ.items() if before.get(k) != v}
+    send(sock, {"ready": os.getpid(), "python": sys.executable, "set_by_imports": set_by_imports})
     request = serve(sock)
     if request is None:
         return 0
-    become_trial(request, sock)
+    become_trial(request, sock, set_by_imports)
     os._exit(
         run_as_main(request.module)
     )  # the trial's exit, without tearing down the template's modules
