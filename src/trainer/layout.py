@@ -62,6 +62,16 @@ class RunLayout:
     def metrics(self) -> Path:
         return self.root / "metrics.jsonl"
 
+    @property
+    def compile_trace(self) -> Path:
+        """torch's compile trace (compile.trace=true): TORCH_TRACE's log files."""
+        return self.root / "compile_trace"
+
+    @property
+    def compile_report(self) -> Path:
+        """tlparse's report of the compile trace (its index.html)."""
+        return self.compile_trace / "report" / "index.html"
+
 
 @dataclass(frozen=True)
 class SweepLayout:
@@ -111,6 +121,18 @@ class SweepLayout:
         """flock'ed while cpu_slots.json is read and rewritten."""
         return self.root / "cpu_slots.lock"
 
+    @property
+    def compile_cache(self) -> Path:
+        """The sweep's compile-cache bundle (trainer.cache.bundle, laid out by BundleLayout)."""
+        return self.root / "compile_cache"
+
+    def prewarm(self, workload_id: str) -> RunLayout:
+        """The run directory of hydra.sweeper.prewarm's compile of one workload."""
+        return RunLayout(self.root / "prewarm" / workload_id)
+
+    def prewarm_log(self, workload_id: str) -> Path:
+        return self.root / "prewarm" / f"{workload_id}.log"
+
     def run(self, run_id: str) -> RunLayout:
         return RunLayout(self.root / "runs" / run_id)
 
@@ -122,6 +144,39 @@ class SweepLayout:
 
     def exists(self) -> bool:
         return self.db.is_file()
+
+
+@dataclass(frozen=True)
+class BundleLayout:
+    """A compile-cache bundle: one part per machine key (`key.json`), holding the cache files
+    (as under a cache dir: inductor/, triton/) and one record per workload that added files.
+    `in_cache`: a cache dir's own records (<cache>/bundle/<key>/), its files at the cache root."""
+
+    root: Path
+    in_cache: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    @property
+    def parts_dir(self) -> Path:
+        return self.root / "bundle" if self.in_cache else self.root
+
+    def part(self, key_id: str) -> Path:
+        return self.parts_dir / key_id
+
+    def key_file(self, key_id: str) -> Path:
+        return self.part(key_id) / "key.json"
+
+    def records(self, key_id: str) -> Path:
+        return self.part(key_id) / "records"
+
+    def record(self, key_id: str, name: str) -> Path:
+        return self.records(key_id) / f"{name}.json"
+
+    def files(self, key_id: str) -> Path:
+        """Where the part's cache files live (a cache dir's own: the cache root)."""
+        return self.root if self.in_cache else self.part(key_id) / "files"
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

@@ -15,12 +15,14 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from trainer import compiling, devices, distributed, threads
+from trainer.cache.session import open_session
+from trainer.cache.warm import warm_only
 from trainer.checkpoint import TrainState
 from trainer.compiling.auto import StepRecipe, maybe_decide, planned_steps
 from trainer.config import ConfigError, TrainConfig, TrainerConfig, flatten, validate
 from trainer.console import print_summary
 from trainer.data import DataBundle, build_data
-from trainer.fit import Interrupted, Job, fit, summarise
+from trainer.fit import Interrupted, Job, finish, fit
 from trainer.layout import RunLayout
 from trainer.loop import Progress
 from trainer.models import build_model, input_spec
@@ -43,7 +45,7 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
     layout.root.mkdir(parents=True, exist_ok=True)
     device = ctx.device or devices.resolve_device(t.device)
     dtype = devices.resolve_precision(t.precision, device)
-    compiling.configure_cache(conf.compile)  # before anything compiles
+    cache = open_session(conf, layout, device, is_main=ctx.is_main)  # before anything compiles
     compiling.reset()
     seed_everything(t.seed)
 
@@ -53,16 +55,12 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
     if resumed is not None and resumed.done:
         return resumed.already_done(state.progress)
 
-    recipe = StepRecipe(device, precision=t.precision, dtype=dtype, grad_clip=t.grad_clip)
-    planned = planned_steps(t, per_epoch=len(data.train), done=state.progress.step)
-    make_optimizer = functools.partial(build_optimizer, conf.optimizer)
-    auto = maybe_decide(
-        state.model, make_optimizer, data.train, cfg=conf.compile, recipe=recipe, planned=planned
-    )
-    auto = distributed.broadcast(ctx, auto)  # every rank follows rank 0's measurement
+    auto = maybe_auto(conf, state, data, device, dtype, ctx)
     compiled = compiling.compile_for_training(
         state.model, state.optimizer, conf.compile, device=device, loader=data.train, auto=auto
     )
+    if conf.compile.warm_only:  # compile into the cache and the bundle, train nothing
+        return warm_only(conf, state, data, cache, device=device, dtype=dtype)
     train_model = distributed.wrap(state.model, ctx)  # compiled in place, then wrapped
 
     tracker = open_tracker(conf, state.config, cfg, layout, ctx.is_main, resumed)
@@ -80,12 +78,11 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
         layout=layout,
         tracker=tracker,
         cpu=threads.record(cpu),
+        cache=cache,
     )
     try:
         fit(job)
-        summary = summarise(job, "finished")
-        tracker.summary(summary.tracker_values(compiling.summary_for_tracker(summary.compile)))
-        tracker.finish()
+        summary = finish(job)
     except BaseException as err:
         tracker.finish(exit_code=1)
         compiling.raise_if_limit_error(err)
@@ -93,6 +90,25 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
     if ctx.is_main:
         print_summary(summary)
     return {**summary.metrics, "best": summary.best_value}
+
+
+def maybe_auto(
+    conf: TrainConfig,
+    state: TrainState,
+    data: DataBundle,
+    device: torch.device,
+    dtype: torch.dtype | None,
+    ctx: distributed.Dist,
+) -> dict[str, Any] | None:
+    """compile=auto's measurement and decision (rank 0's, for every rank), or None."""
+    t = conf.trainer
+    recipe = StepRecipe(device, precision=t.precision, dtype=dtype, grad_clip=t.grad_clip)
+    planned = planned_steps(t, per_epoch=len(data.train), done=state.progress.step)
+    make_optimizer = functools.partial(build_optimizer, conf.optimizer)
+    auto = maybe_decide(
+        state.model, make_optimizer, data.train, cfg=conf.compile, recipe=recipe, planned=planned
+    )
+    return distributed.broadcast(ctx, auto)  # every rank follows rank 0's measurement
 
 
 def seed_everything(seed: int) -> None:
