@@ -18,16 +18,25 @@ def conf_dir() -> str:
     )
 
 
-def default_output_root() -> Path:
-    """Where runs and sweeps go by default: conf/paths/default.yaml's output_dir over the
-    schema's default (trainer.config.PathsConfig), resolved."""
+def _default_path(name: str) -> Path:
+    """conf/paths/default.yaml's `name` over the schema's default (PathsConfig), resolved."""
     from omegaconf import OmegaConf
 
     from trainer.config import PathsConfig
 
     own = OmegaConf.load(Path(conf_dir()) / "paths" / "default.yaml")
     own.pop("defaults", None)
-    return Path(OmegaConf.merge(OmegaConf.structured(PathsConfig), own).output_dir)
+    return Path(OmegaConf.merge(OmegaConf.structured(PathsConfig), own)[name]).expanduser()
+
+
+def default_output_root() -> Path:
+    """Where runs and sweeps go by default (paths.output_dir: $TRAINER_OUTPUT_DIR, outputs)."""
+    return _default_path("output_dir")
+
+
+def default_cache_root() -> Path:
+    """The compile cache every run shares by default (paths.cache_dir: $TRAINER_CACHE_DIR)."""
+    return _default_path("cache_dir")
 
 
 @dataclass(frozen=True)

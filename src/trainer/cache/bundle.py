@@ -59,10 +59,15 @@ class Bundle:
 
     def records(self, key_id: str) -> list[dict[str, Any]]:
         """The part's records (workload, run, files), oldest first."""
+        return [doc for _, doc in self.record_files(key_id)]
+
+    def record_files(self, key_id: str) -> list[tuple[Path, dict[str, Any]]]:
         folder = self.layout.records(key_id)
-        docs = [_read_json(p) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
-        docs = [d for d in docs if isinstance(d, dict) and isinstance(d.get("files"), dict)]
-        return sorted(docs, key=lambda d: d.get("added_at", 0))
+        found = [(p, _read_json(p)) for p in folder.glob("*.json")] if folder.is_dir() else []
+        found = [
+            (p, d) for p, d in found if isinstance(d, dict) and isinstance(d.get("files"), dict)
+        ]
+        return sorted(found, key=lambda item: item[1].get("added_at", 0))
 
     def files(self, key_id: str) -> dict[str, int]:
         return cache_files(self.layout.files(key_id))
@@ -97,23 +102,29 @@ class Bundle:
             write_text_atomic(self.layout.record(key_id, name), json.dumps(doc, indent=2))
         return copied
 
-    def put_in_place(self, key_id: str, into: Bundle, files: set[str] | None = None) -> int:
-        """Copy this part's files (all, or `files`) that `into` lacks into it, and the records
-        it lacks; returns the files copied."""
+    def put_in_place(self, key_id: str, into: Bundle, keep: Any = None) -> int:
+        """Copy this part's files that `into` lacks into it, with the records it lacks; with
+        `keep` (a test of a record), only the kept records and their files. Returns the files
+        copied."""
         key = self.keys().get(key_id)
         if key is None:
             return 0
+        records = [(p, d) for p, d in self.record_files(key_id) if keep is None or keep(d)]
+        if keep is None:
+            wanted = set(self.files(key_id))
+        else:
+            wanted = {f for _, doc in records for f in doc["files"]}
         source, target = self.layout.files(key_id), into.layout.files(key_id)
         copied = 0
-        for relative in sorted(files if files is not None else self.files(key_id)):
+        for relative in sorted(wanted):
             if not (target / relative).exists() and (source / relative).is_file():
                 copy_file(source / relative, target / relative)
                 copied += 1
         if not into.layout.key_file(key_id).is_file():
             write_text_atomic(into.layout.key_file(key_id), json.dumps(key, indent=2))
-        for record in self.layout.records(key_id).glob("*.json"):
-            if not (into.layout.records(key_id) / record.name).exists():
-                copy_file(record, into.layout.records(key_id) / record.name)
+        for path, _ in records:
+            if not (into.layout.records(key_id) / path.name).exists():
+                copy_file(path, into.layout.records(key_id) / path.name)
         return copied
 
 

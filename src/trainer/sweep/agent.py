@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer import cpu_share
+from trainer.cache import env as cache_env
 from trainer.errors import TrainerError
 from trainer.layout import SweepLayout
 from trainer.sweep import cpu_slots, engine
@@ -188,6 +189,7 @@ class LocalAgent:
         resume = run.resumable  # interrupted: the same run continues from its last.pt
         argv += ["trainer.resume=auto"] if resume else []
         env = {**trial_env(self.sweep_id, run, params_path, run_dir), **self.share.env()}
+        env.update(cache_env.trial_env(self.layout))  # the sweep's compile-cache bundle
         verb = "resuming" if resume else "starting"
         print(f"agent: {verb} run {run.id} with {json.dumps(run.params)}", flush=True)
         with open(log_path, "a" if resume else "w") as log:
