@@ -27,7 +27,7 @@ def ls(bundle: Bundle, where: Path) -> None:
     from rich.table import Table
 
     here = shipping.this_machine()
-    keys = bundle.keys()
+    keys = bundle.parts()
     if not keys:
         print(f"{where}: no compile-cache records (runs record what they compile as they end)")
         return
@@ -69,7 +69,7 @@ def import_(source: Bundle, cache_dir: Path) -> None:
     copied, skipped = shipping.import_into(source, cache, shipping.this_machine())
     for line in skipped:
         print(line)
-    if len(skipped) == len(source.keys()):
+    if len(skipped) == len(source.parts()):
         raise TrainerError(
             f"import: nothing in {source.layout.root} was compiled for this machine "
             "(see the skipped parts above); export it again on a machine like this one.",

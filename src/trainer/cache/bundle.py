@@ -47,7 +47,7 @@ class Bundle:
     def __init__(self, layout: BundleLayout) -> None:
         self.layout = layout
 
-    def keys(self) -> dict[str, dict[str, Any]]:
+    def parts(self) -> dict[str, dict[str, Any]]:
         """key id -> machine key, for every part."""
         found = {}
         if self.layout.parts_dir.is_dir():
@@ -106,7 +106,7 @@ class Bundle:
         """Copy this part's files that `into` lacks into it, with the records it lacks; with
         `keep` (a test of a record), only the kept records and their files. Returns the files
         copied."""
-        key = self.keys().get(key_id)
+        key = self.parts().get(key_id)
         if key is None:
             return 0
         records = [(p, d) for p, d in self.record_files(key_id) if keep is None or keep(d)]

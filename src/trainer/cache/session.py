@@ -95,7 +95,7 @@ def _pull(session: CacheSession) -> None:
     if where is None:
         return
     session.bundle = Bundle(BundleLayout(where))
-    keys = session.bundle.keys()
+    keys = session.bundle.parts()
     if kid in keys:
         session.pulled = session.bundle.put_in_place(kid, session.local)
         if _recorded(session.bundle, kid, wid):

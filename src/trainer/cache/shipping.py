@@ -68,7 +68,7 @@ def export(source: Bundle, target: Path, models: list[str]) -> tuple[int, int]:
             folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="compile-cache-")))
         out = Bundle(BundleLayout(folder))
         workloads = files = 0
-        for kid in source.keys():
+        for kid in source.parts():
             kept = [r for r in source.records(kid) if keep(r)]
             if kept:
                 files += source.put_in_place(kid, out, keep)
@@ -85,7 +85,7 @@ def import_into(source: Bundle, cache: Bundle, here: dict[str, dict]) -> tuple[i
     """Copy the source's parts for this machine into the cache; returns (files copied, one
     line per part skipped, with the key parts that differ)."""
     copied, skipped = 0, []
-    for kid, key in source.keys().items():
+    for kid, key in source.parts().items():
         if kid in here:
             copied += source.put_in_place(kid, cache)
             continue
