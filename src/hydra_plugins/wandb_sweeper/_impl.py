@@ -107,14 +107,18 @@ def _first_values(sweep_config: dict[str, Any]) -> dict[str, Any]:
 
 
 def trial_config(
-    sweep_config: dict[str, Any], config: DictConfig, hydra_context: HydraContext
+    sweep_config: dict[str, Any],
+    config: DictConfig,
+    hydra_context: HydraContext,
+    values: dict[str, Any] | None = None,
 ) -> DictConfig:
-    """The first trial's config, composed as a trial composes it: the sweeper's config source
-    (the user's config dir included), its config name, the fixed overrides of `command`, each
-    config group swept over listed options set to its first option; then each plain key swept
-    over listed values set to its first value (keys drawn from distributions keep their value)."""
+    """The first trial's config (or the trial's with these parameter `values`), composed as a
+    trial composes it: the sweeper's config source (the user's config dir included), its config
+    name, the fixed overrides of `command`, each config group swept over listed options set to
+    its first option; then each plain key swept over listed values set to its first value (keys
+    drawn from distributions keep their value)."""
     groups = config_groups(config, hydra_context)
-    first = _first_values(sweep_config)
+    first = _first_values(sweep_config) if values is None else values
     overrides = [a for a in fixed_overrides(sweep_config) if not a.startswith("--")]
     overrides += [
         f"{key}={value}" for key, value in first.items() if str(value) in groups.get(key, ())
@@ -218,9 +222,34 @@ def _run_server(options: dict[str, Any], config: DictConfig, root: Path) -> dict
             root=root,
             directory=user_sweep_dir(config),
             cpus_per_trial=options["cpus_per_trial"],
+            before_agents=options.get("before_agents"),
         )
     except ServerUnavailable as err:  # nothing was started, but the sweep could not run
         raise TrainerError(str(err), exit_code=1) from err
+
+
+def prewarm_hook(options: dict[str, Any], config: DictConfig, hydra_context: HydraContext):
+    """hydra.sweeper.prewarm: the sweep's distinct workloads, found now (composed as trials
+    compose them), compiled by the backend before its agents start; None when off."""
+    if not options["prewarm"]:
+        return None
+    from trainer.cache import prewarm
+    from trainer.cache.env import BUNDLE_ENV, WANDB
+
+    sweep_config = options["sweep_config"]
+    plan = prewarm.plan(
+        sweep_config, lambda v: trial_config(sweep_config, config, hydra_context, v)
+    )
+    for note in plan.notes:
+        print(f"prewarm: {note}", flush=True)
+    env = {}
+    if options["backend"] == "wandb":  # the artifacts of the sweep's project, logged online
+        logger = config.get("logger") or {}
+        project = options["project"] or logger.get("project")
+        entity = options["entity"] or logger.get("entity")
+        env = {BUNDLE_ENV: WANDB, "WANDB_MODE": "online", "WANDB_PROJECT": project}
+        env.update({"WANDB_ENTITY": entity} if entity else {})
+    return lambda layout: prewarm.run(plan.targets, sweep_config, layout, env)
 
 
 def _run_local(options: dict[str, Any], config: DictConfig, root: Path) -> dict[str, Any]:
@@ -236,6 +265,7 @@ def _run_local(options: dict[str, Any], config: DictConfig, root: Path) -> dict[
         rerun_crashed=options["rerun_crashed"],
         max_consecutive_failures=options["max_consecutive_failures"],
         cpus_per_trial=options["cpus_per_trial"],
+        before_agents=options.get("before_agents"),
     )
 
 
@@ -251,6 +281,7 @@ def sweep(
     if options["dry_run"]:
         return dry_run(options["sweep_config"], Path(config.hydra.sweep.dir).resolve())
     root = Path(OmegaConf.select(config, "paths.output_dir") or default_output_root())
+    options["before_agents"] = prewarm_hook(options, config, hydra_context)
     backend = _run_server if options["backend"] == "wandb" else _run_local
     result = backend(options, config, root)
     failure = agent_failure(result)

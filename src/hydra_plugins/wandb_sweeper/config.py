@@ -44,6 +44,7 @@ class WandbSweeperConf:
     rerun_crashed: bool = False  # resuming: run again the trials a crash interrupted
     max_consecutive_failures: int = 5  # an agent gives up after this many failed trials in a row
     cpus_per_trial: Any = None  # CPUs (threads, cores) per concurrent trial; None: an equal share
+    prewarm: bool = False  # compile each distinct workload (model, input, compile) once, first
 
 
 ConfigStore.instance().store(

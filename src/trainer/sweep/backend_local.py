@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from trainer import cpu_share
@@ -99,11 +100,13 @@ def run_sweep(
     rerun_crashed: bool = False,
     max_consecutive_failures: int = 5,
     cpus_per_trial: int | None = None,
+    before_agents: Callable[[SweepLayout], None] | None = None,
 ) -> dict:
     """Create (sweep_id None) or reopen (sweep_id given) the local sweep in `directory` (the
     user's hydra.sweep.dir) or <root>/sweeps/<sweep_id>/, run `agents` local agent processes
     (each at most `count` trials) until the sweep ends, print the leaderboard, write
-    results.json and best.yaml, and return the results dict."""
+    results.json and best.yaml, and return the results dict. `before_agents(layout)` runs
+    first (hydra.sweeper.prewarm)."""
     root = Path(root).resolve()
     directory = Path(directory).resolve() if directory is not None else None
     if sweep_id is None:
@@ -113,6 +116,8 @@ def run_sweep(
     store.set("state", "running")
     hint = join_command(sweep_id, root, layout.root)
     print(f"sweep {sweep_id}: join from another terminal with {hint}", flush=True)
+    if before_agents is not None:
+        before_agents(layout)
     argv = _agent_argv(layout, count, rerun_crashed, max_consecutive_failures)
     env = {**os.environ, "TRAINER_OUTPUT_DIR": str(root)}
     n = max(agents, 1)  # agent i of n takes slot i of the CPUs (trainer.sweep.cpu_slots)

@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -127,19 +127,25 @@ def run_server_sweep(
     root: Path,
     directory: Path | None = None,
     cpus_per_trial: int | None = None,
+    before_agents: Callable[[SweepLayout], None] | None = None,
 ) -> dict[str, Any]:
     """Create the sweep (or join `sweep_id`), print the agent line, run `agents` agents, wait.
-    A new sweep's sweep.yaml goes into `directory` (hydra.sweep.dir) or <root>/sweeps/<id>/."""
+    A new sweep's sweep.yaml goes into `directory` (hydra.sweep.dir) or <root>/sweeps/<id>/;
+    `before_agents(layout)` runs before any agent starts (hydra.sweeper.prewarm)."""
     preflight()
     import wandb
 
-    if sweep_id is None:
+    new = sweep_id is None
+    if new:
         sweep_id = wandb.sweep(config, project=project, entity=entity)
-        layout = SweepLayout(directory) if directory else SweepLayout.under(root, sweep_id)
+    layout = SweepLayout(directory) if directory else SweepLayout.under(root, sweep_id)
+    if new:
         write_sweep_yaml(config, layout.yaml)
     entity = entity or wandb.Api().default_entity
     path = f"{entity}/{project}/{sweep_id}"
     print(f"sweep {sweep_id} on {base_url()}; run agents anywhere with:\n  wandb agent {path}")
+    if before_agents is not None:  # hydra.sweeper.prewarm: artifacts before any agent
+        before_agents(layout)
     # Trials must report to the server (metrics feed bayes and hyperband): online, whatever
     # logger.mode says (the environment wins over it).
     env = {**os.environ, "WANDB_MODE": "online"}
