@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.cache.entries import cache_files
+from trainer.cache.key import key_id
 from trainer.layout import BundleLayout, write_text_atomic
 
 log = logging.getLogger(__name__)
@@ -53,8 +54,12 @@ class Bundle:
         if self.layout.parts_dir.is_dir():
             for part in sorted(self.layout.parts_dir.iterdir()):
                 key = _read_json(self.layout.key_file(part.name))
-                if isinstance(key, dict):
-                    found[part.name] = key
+                if not isinstance(key, dict):
+                    continue
+                if key_id(key) != part.name:  # edited or renamed: its files' origin is unknown
+                    log.warning("compile cache: ignoring %s: its key.json is not its key", part)
+                    continue
+                found[part.name] = key
         return found
 
     def records(self, key_id: str) -> list[dict[str, Any]]:
