@@ -1,8 +1,9 @@
 """The compile-cache bundle in real trial processes (Inductor on small_cnn, digits, the tests'
 shared cache where a warm machine is meant): a round trip between two cache dirs shows only
 hits, an incompatible bundle is ignored with one notice and the miss says why, a local sweep
-with hydra.sweeper.prewarm compiles each distinct architecture once before its trial; in
-process: compile.warm_only and compile.trace."""
+with hydra.sweeper.prewarm compiles each distinct architecture once before its trial.
+compile.warm_only and compile.trace are checked by their rows of README's compile table
+(tests/test_readme.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from pathlib import Path
 
 from trainer.cache.entries import cache_files
 from trainer.cache.key import key_id
-from trainer.run import run
 
 from .conftest import CACHE, run_cli
 
@@ -97,24 +97,3 @@ def test_prewarm_compiles_each_distinct_architecture_once_before_the_trials(tmp_
     assert len(trials) == 1 and _misses(trials[0]) == 0, trials
     records = list((sweep / "compile_cache").glob("*/records/*.json"))
     assert len({json.loads(r.read_text())["workload_id"] for r in records}) == 2
-
-
-def test_warm_only_compiles_and_trains_nothing(cfg_factory, tmp_path):
-    cfg = cfg_factory(*SMALL, "compile.backend=aot_eager", "compile.warm_only=true")
-    assert run(cfg, run_dir=tmp_path)["best"] is None
-    doc = _summary(tmp_path)
-    assert doc["status"] == "prewarmed" and doc["steps"] == 1 and doc["compile"]["graphs"] == 2
-    assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "metrics.jsonl").exists()
-
-
-def test_trace_writes_torch_compile_trace_and_its_report(cfg_factory, tmp_path, capsys):
-    cfg = cfg_factory(*SMALL, "compile.backend=aot_eager", "compile.trace=true")
-    run(cfg, run_dir=tmp_path)
-    paths = _summary(tmp_path)["paths"]
-    assert list((tmp_path / "compile_trace").glob("*.log"))
-    assert paths["compile_trace"] == str(tmp_path / "compile_trace")
-    assert paths["compile_report"] == str(tmp_path / "compile_trace" / "report" / "index.html")
-    assert Path(paths["compile_report"]).is_file()
-    assert paths["compile_report"] in capsys.readouterr().out
-    run(cfg_factory(*SMALL, "compile.backend=aot_eager"), run_dir=tmp_path / "after")
-    assert not (tmp_path / "after" / "compile_trace").exists()  # the trace ended with its run

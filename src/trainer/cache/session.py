@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ class CacheSession:
     bundle: Bundle | None = None  # a folder bundle (a local sweep's, TRAINER_CACHE_BUNDLE)
     remote: Any = None  # trainer.cache.artifact.ArtifactBundle (W&B artifacts)
     pulled: int = 0  # files put in place from the bundle
+    pull_s: float = 0.0  # seconds it took (download included)
     expected: str | None = None  # "bundle" / "cache": had this workload for this key before
     elsewhere: list[str] = field(default_factory=list)  # key parts of the closest other machine
     notice: str | None = None
@@ -68,7 +70,9 @@ def open_session(conf: TrainConfig, layout: RunLayout, device: Any, *, is_main: 
     if session.root is None:
         return session
     session.key, session.work = machine_key(device), workload(conf)
+    start = time.perf_counter()
     _pull(session)
+    session.pull_s = time.perf_counter() - start
     if session.notice and is_main:
         log.warning(session.notice)
     entries.start_watching(session.root)
@@ -133,7 +137,7 @@ def close_session(session: CacheSession, stats: dict[str, Any], run: Any = None)
         "label": label(session.work),
         "run": os.environ.get("WANDB_RUN_ID") or session.layout.root.name,
     }
-    pushed = 0
+    pushed, start = 0, time.perf_counter()
     if session.is_main and files:
         session.local.add(kid, session.key, session.root, files, record)  # type: ignore[arg-type]
         if session.bundle is not None:
@@ -147,8 +151,10 @@ def close_session(session: CacheSession, stats: dict[str, Any], run: Any = None)
         "workload": wid,
         "bundle": _where(session),
         "pulled": session.pulled,
+        "pull_s": session.pull_s,
         "entries": len(touched),
         "pushed": pushed,
+        "push_s": time.perf_counter() - start,
         "expected_hit": bool(session.expected or session.elsewhere),
         "miss_reason": miss_reason(session, misses),
         "notice": session.notice,
