@@ -48,10 +48,13 @@ def worker(argv: list[str]) -> None:
     import torch
     from hydra import compose, initialize_config_dir
 
+    from trainer.compiling import configure_cache
+    from trainer.config import CompileConfig
     from trainer.layout import conf_dir
     from trainer.run import run
 
     mode, artifacts, overrides = argv[0], Path(argv[1]), argv[2:]
+    configure_cache(CompileConfig(cache_dir=os.environ["TRAINER_CACHE_DIR"]))  # before loading
     if mode == "load":
         torch.compiler.load_cache_artifacts(artifacts.read_bytes())
     with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
@@ -150,7 +153,8 @@ def main(argv: list[str] | None = None) -> None:
         "# Compile cache on a fresh machine",
         "",
         f"{machine}; CPU, fp32; {args.rounds} round(s) per model, each variant a fresh trial process "
-        f"(3 training steps; resnet18 on 32x32 fake images, batch 64). Bundle: {bundle_mb:.1f} MB (median).",
+        f"(3 training steps, batch 64; small_cnn on digits, other models on 32x32 fake images). "
+        f"Bundle: {bundle_mb:.1f} MB (median).",
         "compile s: first training step and first evaluation batch minus steady ones (summary.json perf.compile_s); "
         "pull s: putting the bundle in place; cold / this: cold compile s over this variant's compile s + pull s.",
         "",

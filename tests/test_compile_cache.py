@@ -336,3 +336,18 @@ def test_a_trace_without_tlparse_says_how_to_get_its_report(tmp_path, monkeypatc
     with caplog.at_level(logging.WARNING):
         assert trace.finish(layout).name == "dedicated_log_torch_trace_x.log"
     assert trace.INSTALL in caplog.text and str(layout.compile_report.parent) in caplog.text
+
+
+def test_an_unreachable_wandb_server_costs_a_notice_not_the_run(tmp_path, monkeypatch):
+    import wandb
+
+    class Down(_Api):
+        def artifact_exists(self, name, type=None):
+            raise wandb.errors.CommError("could not reach the server")
+
+    monkeypatch.setattr(wandb, "Api", Down)
+    monkeypatch.setenv(env.BUNDLE_ENV, env.WANDB)
+    conf = validate(make_cfg(f"compile.cache_dir={tmp_path / 'cache'}"))
+    opened = session.open_session(conf, RunLayout(tmp_path / "run"), "cpu")
+    assert "W&B artifacts unavailable" in opened.notice and "could not reach" in opened.notice
+    assert session.close_session(opened, {})["pulled"] == 0

@@ -95,5 +95,6 @@ def test_prewarm_compiles_each_distinct_architecture_once_before_the_trials(tmp_
     assert widths == [8, 16]
     trials = [_summary(d)["compile"] for d in sorted((sweep / "runs").iterdir())]
     assert len(trials) == 1 and _misses(trials[0]) == 0, trials
+    assert trials[0]["cache"]["bundle"] == str((sweep / "compile_cache").resolve())  # the agent's
     records = list((sweep / "compile_cache").glob("*/records/*.json"))
     assert len({json.loads(r.read_text())["workload_id"] for r in records}) == 2

@@ -20,6 +20,13 @@ log = logging.getLogger(__name__)
 TYPE = "compile-cache"
 
 
+def unavailable() -> tuple[type[BaseException], ...]:
+    """What W&B raises when the server, the project or an artifact cannot be reached."""
+    import wandb
+
+    return (wandb.errors.Error, ValueError, OSError)
+
+
 class ArtifactBundle:
     """Compile-cache artifacts of one W&B project (`entity` None: the user's default)."""
 

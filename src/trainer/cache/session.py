@@ -89,10 +89,14 @@ def _pull(session: CacheSession) -> None:
     conf = session.conf
     where = bundle_setting(conf.logger.mode, conf.logger.enabled)
     if where == WANDB:
-        from trainer.cache.artifact import ArtifactBundle
+        from trainer.cache.artifact import ArtifactBundle, unavailable
 
         session.remote = ArtifactBundle.from_env(conf.logger)
-        session.pulled, other = session.remote.fetch(kid, wid, session.local)
+        try:
+            session.pulled, other = session.remote.fetch(kid, wid, session.local)
+        except unavailable() as err:
+            session.notice = f"compile cache: W&B artifacts unavailable, compiling without ({err})"
+            return
         session.expected = "bundle" if session.remote.fetched else session.expected
         session.elsewhere = differences(other, session.key) if other else []
         return
@@ -143,7 +147,7 @@ def close_session(session: CacheSession, stats: dict[str, Any], run: Any = None)
         if session.bundle is not None:
             pushed = session.bundle.add(kid, session.key, session.root, files, record)  # type: ignore[arg-type]
         elif session.remote is not None:
-            pushed = session.remote.publish(kid, session.key, session.root, files, record, run)
+            pushed = _publish(session, files, record, run)
     misses = int(stats.get("fxgraph_cache_miss", 0)) + int(stats.get("aot_autograd_cache_miss", 0))
     session.report = {
         "dir": str(session.root),
@@ -160,6 +164,19 @@ def close_session(session: CacheSession, stats: dict[str, Any], run: Any = None)
         "notice": session.notice,
     }
     return session.report
+
+
+def _publish(session: CacheSession, files: list[str], record: dict[str, Any], run: Any) -> int:
+    """Log the W&B artifact; a server that cannot take it costs the other machines a cold
+    compile, not this run: say so."""
+    from trainer.cache.artifact import unavailable
+
+    kid = key_id(session.key)
+    try:
+        return session.remote.publish(kid, session.key, session.root, files, record, run)
+    except unavailable() as err:
+        log.warning("compile cache: could not log the W&B artifact (%s)", err)
+        return 0
 
 
 def _where(session: CacheSession) -> str | None:
