@@ -58,9 +58,12 @@ class CacheSession:
         return key_id(self.key), workload_id(self.work)
 
 
-def open_session(conf: TrainConfig, layout: RunLayout, device: Any, *, is_main: bool = True):
+def open_session(
+    conf: TrainConfig, layout: RunLayout, device: Any, *, is_main: bool = True
+) -> CacheSession:
     """Set up the run's compile cache before anything compiles (see the module)."""
     entries.stop_watching()  # a previous run of this process (tests, multiruns) is over
+    trace.abandon()
     session = CacheSession(configure_cache(conf.compile), layout, conf, is_main)
     if conf.compile.disable:
         return session
@@ -120,7 +123,9 @@ def _pull(session: CacheSession) -> None:
         )
 
 
-def close_session(session: CacheSession, stats: dict[str, Any], run: Any = None):
+def close_session(
+    session: CacheSession, stats: dict[str, Any], run: Any = None
+) -> dict[str, Any] | None:
     """Stop watching, add what the run touched to the records and the bundle (rank 0), end
     the trace; the summary's `compile.cache` section (None when nothing was compiled). Runs
     once: later calls return the same report."""

@@ -18,9 +18,20 @@ INSTALL = 'pip install -e ".[trace]"'  # or `pip install tlparse`
 TLPARSE_TIMEOUT_S = 600
 
 
+_ACTIVE: list[Path] = []  # the trace folder of this process, while one is written
+
+
 def start(layout: RunLayout) -> None:
     layout.compile_trace.mkdir(parents=True, exist_ok=True)
     torch_private.set_trace_dir(str(layout.compile_trace))
+    _ACTIVE[:] = [layout.compile_trace]
+
+
+def abandon() -> None:
+    """End a trace an earlier run of this process left open (it failed before finishing)."""
+    if _ACTIVE:
+        torch_private.set_trace_dir(None)
+        _ACTIVE.clear()
 
 
 def tlparse() -> str | None:
@@ -33,6 +44,7 @@ def finish(layout: RunLayout) -> Path | None:
     """Stop tracing; write tlparse's report of the trace (or say how to get it). Returns the
     trace file, None when nothing was traced."""
     torch_private.set_trace_dir(None)
+    _ACTIVE.clear()
     logs = sorted(layout.compile_trace.glob("*.log"), key=lambda p: p.stat().st_mtime)
     if not logs:
         log.warning("compile.trace=true: torch traced nothing (nothing was compiled)")
