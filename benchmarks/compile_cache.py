@@ -90,7 +90,7 @@ def one_round(model: str, tmp: Path) -> dict[str, dict]:
     mega = [sys.executable, "-m", "benchmarks.compile_cache", "--worker"]
     blob, bundle, rows = tmp / "mega.bin", tmp / "bundle", {}
     for variant in VARIANTS:
-        run_dir = tmp / variant
+        run_dir = tmp / "runs" / variant  # not tmp / "bundle": that is the bundle
         overrides = _overrides(model, run_dir)
         if variant == "cold":
             argv, cache, used = [*mega, "save", str(blob), *overrides], tmp / "c-cold", bundle
