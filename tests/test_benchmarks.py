@@ -54,3 +54,12 @@ def test_publish_and_out_exclude_each_other(capsys):
         overhead.parse(["--publish", "--out", "x"])
     assert exc.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
     assert overhead.parse(["--publish"]).publish is True
+
+
+def test_sweep_overhead_writes_its_table(tmp_path):
+    from benchmarks import sweep_overhead
+
+    argv = ["--trials", "2", "--compile", "off", "--modes", "template", "--out", str(tmp_path)]
+    sweep_overhead.main(argv)
+    text = (tmp_path / "sweep_overhead.md").read_text()
+    assert "| template |" in text and text.count("| finished |") == 2

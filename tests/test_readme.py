@@ -122,6 +122,25 @@ COMMANDS: dict[str, Run | NotRun] = {
     ),
     "python -m trainer.agent SWEEP_ID --count 3": Run("sweeps", ""),
     "python -m trainer.agent path/to/sweep/dir": Run("sweeps", ""),
+    "python -m trainer.agent SWEEP_ID --devices 2,3": NotRun(
+        "needs GPUs 2 and 3; joining agents with disjoint --devices on CPU: "
+        "test_sweep_devices.py::test_joining_agents_with_disjoint_devices_share_the_sweep"
+    ),
+    "python -m trainer sweep=lr_bayes hydra.sweeper.devices=auto": NotRun(
+        "on a CPU machine auto finds no GPU and this is `sweep=lr_bayes`, typed above; device "
+        "slots with explicit indices: test_sweep_devices.py"
+    ),
+    "python -m trainer sweep=lr_random hydra.sweeper.devices=[0,1] "
+    "hydra.sweeper.trials_per_device=2": NotRun(
+        "four trials on 2 x 2 slots: "
+        "test_sweep_devices.py::test_two_trials_per_device_share_it_and_never_three"
+    ),
+    "python -m trainer sweep=lr_random hydra.sweeper.devices=[0,1,2,3] "
+    "hydra.sweeper.gpus_per_trial=2": NotRun(
+        "a 2-process torchrun trial (Gloo): test_sweep_devices.py::"
+        "test_a_two_gpu_trial_runs_through_torchrun; the command: "
+        "test_sweep_plugin.py::test_a_multi_gpu_sweep_writes_the_torchrun_command"
+    ),
     "python -m trainer -m sweep=lr_random hydra.sweeper.sweep_id=SWEEP_ID "
     "hydra.sweeper.rerun_crashed=true": NotRun(
         "needs a crashed trial: test_sweep_agents.py::test_kill_9_then_resume_loses_and_repeats_nothing"

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from trainer.sweep.backend_local import run_sweep
+from trainer.sweep.processes import pid_alive
 from trainer.sweep.store import SweepStore
 
 from .sweep_commands import TRIAL
@@ -77,6 +78,7 @@ def test_failing_runs_are_recorded_and_the_agent_gives_up(tmp_path, capfd):
 SWEEPER = """
 import sys
 from trainer.sweep.backend_local import run_sweep
+from trainer.sweep.processes import pid_alive
 config = {
     "method": "grid",
     "metric": {"name": "val/acc", "goal": "maximize"},
@@ -124,15 +126,13 @@ def test_kill_9_then_resume_loses_and_repeats_nothing(tmp_path):
     assert len(res["runs"]) == 4
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_to_the_agent_stops_its_trial_gracefully_and_records_it(tmp_path, signum):
-    config = _config("grid", {"trainer.seed": {"values": [0, 1]}}, ["trainer.max_epochs=200"])
-    directory = tmp_path / "sweeps" / "sigterm1"
+def _start_agent(tmp_path, name, config):
+    directory = tmp_path / "sweeps" / name
     directory.mkdir(parents=True)
     store = SweepStore(directory / "sweep.db")
     store.set("config", config)
     agent = subprocess.Popen(
-        [sys.executable, "-m", "trainer.agent", "sigterm1", "--root", str(tmp_path)],
+        [sys.executable, "-m", "trainer.agent", name, "--root", str(tmp_path)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -143,6 +143,28 @@ def test_a_signal_to_the_agent_stops_its_trial_gracefully_and_records_it(tmp_pat
             break
         time.sleep(0.2)
     assert runs and runs[0].history, "the trial never logged an epoch"
+    return agent, store
+
+
+def test_a_killed_agents_trial_is_ended_when_the_sweep_resumes(tmp_path):
+    config = _config("grid", {"trainer.seed": {"values": [0]}}, ["trainer.max_epochs=500"])
+    agent, store = _start_agent(tmp_path, "orphan1", config)
+    trial = store.runs()[0].pid
+    os.kill(agent.pid, signal.SIGKILL)
+    agent.wait()
+    time.sleep(1.0)
+    assert pid_alive(trial)  # its trial lives on (own session), as under `wandb agent`
+    assert store.mark_lost_runs() == [store.runs()[0].id]
+    deadline = time.monotonic() + 10
+    while pid_alive(trial) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not pid_alive(trial)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_agent_stops_its_trial_gracefully_and_records_it(tmp_path, signum):
+    config = _config("grid", {"trainer.seed": {"values": [0, 1]}}, ["trainer.max_epochs=200"])
+    agent, store = _start_agent(tmp_path, "sigterm1", config)
     os.kill(agent.pid, signum)
     assert agent.wait(timeout=60) == 128 + signum
     runs = store.runs()

@@ -159,3 +159,25 @@ def test_results_and_best_yaml_are_written_atomically(tmp_path, monkeypatch):
     monkeypatch.setattr(report, "write_text_atomic", lambda path, text: written.append(path))
     report.write(store, "abc", layout)
     assert sorted(written) == sorted([layout.results, layout.best])
+
+
+def test_leaderboard_shows_each_runs_gpus_within_80_columns():
+    import io
+
+    from rich.console import Console
+
+    res = _res({"optimizer.lr": 0.01})
+    for i, run in enumerate(res["runs"]):
+        run["devices"] = [str(i % 2)] if i < 2 else ["0", "1"]
+    narrow = Console(file=io.StringIO(), width=80, force_terminal=False)
+    report.print_leaderboard(res, console=narrow)
+    text = narrow.file.getvalue()
+    assert all(len(row) <= 80 for row in text.splitlines())
+    assert "gpu" in text and "0,1" in text
+
+
+def test_a_failed_runs_reason_is_its_last_error_line():
+    tail = "epoch 1\nTraceback (most recent call last):\n  File x\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    assert report.failure_reason(tail).startswith("torch.OutOfMemoryError: CUDA out of memory")
+    assert report.failure_reason("a\nkilled by SIGKILL\n") == "killed by SIGKILL"
+    assert report.failure_reason(None) is None

@@ -188,3 +188,33 @@ def test_invalid_fixed_overrides_are_refused_before_any_trial(tmp_path):
     assert not (tmp_path / "outputs" / "sweeps").exists()
     fine = run_cli("sweep=lr_random", "hydra.sweeper.dry_run=true")
     assert fine.returncode == 0, fine.stderr
+
+
+def test_device_keys_are_checked_before_anything_runs(tmp_path):
+    result = run_cli(
+        "sweep=lr_random",
+        "hydra.sweeper.devices=[0,0]",
+        "hydra.sweeper.trials_per_device=0",
+        "hydra.sweeper.gpus_per_trial=2",
+        "data.batch_size=33",
+    )
+    assert result.returncode == 2
+    assert "hydra.sweeper.devices=[0, 0] names a GPU twice" in result.stderr
+    assert "hydra.sweeper.trials_per_device=0 must be a positive integer" in result.stderr
+    assert "data.batch_size=33 is the global batch" in result.stderr
+    assert not (tmp_path / "outputs" / "sweeps").exists()
+
+
+def test_a_multi_gpu_sweep_writes_the_torchrun_command(tmp_path):
+    result = run_cli(
+        "sweep=lr_random",
+        "hydra.sweeper.devices=[0,1]",
+        "hydra.sweeper.gpus_per_trial=2",
+        "hydra.sweeper.dry_run=true",
+    )
+    assert result.returncode == 0, result.stderr
+    config = yaml.safe_load(result.stdout.rpartition("# runs:")[0])
+    assert config["command"][2:8] == [
+        "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "trainer"
+    ]  # fmt: skip
+    assert "trainer.strategy=ddp" in config["command"]

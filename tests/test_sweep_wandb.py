@@ -198,3 +198,34 @@ def test_agents_are_wandb_agent_processes_logging_online(
     ] * 2
     assert all(env["WANDB_MODE"] == "online" for _, env in started)
     assert result["agent_exit_codes"] == [0, 0]
+
+
+def test_one_wandb_agent_per_device_slot_with_its_gpus(local_server, monkeypatch, tmp_path, capsys):
+    import wandb
+
+    from trainer.sweep.gpu_slots import DevicePlan
+
+    started = []
+
+    class Process:
+        def __init__(self, argv, env):
+            started.append(env)
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(wandb, "sweep", lambda config, project=None, entity=None: SWEEP_ID)
+    monkeypatch.setattr(backend_wandb.subprocess, "Popen", Process)
+    config = build_sweep_config(
+        {"method": "random", "parameters": {"optimizer.lr": {"values": [0.1]}}}, []
+    )
+    plan = DevicePlan(("0", "1", "2"), trials_per_device=2)
+    result = backend_wandb.run_server_sweep(
+        config, project="p", entity="t", sweep_id=None, agents=None, count=None, root=tmp_path,
+        devices=plan,
+    )  # fmt: skip
+    assert [env["CUDA_VISIBLE_DEVICES"] for env in started] == ["0", "0", "1", "1", "2", "2"]
+    out = capsys.readouterr().out
+    for device in "012":  # the lines another machine like this one runs
+        assert out.count(f"CUDA_VISIBLE_DEVICES={device} wandb agent t/p/{SWEEP_ID}") == 2
+    assert result["agent_exit_codes"] == [0] * 6

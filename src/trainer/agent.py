@@ -42,11 +42,33 @@ def _parser() -> argparse.ArgumentParser:
         "CPUs the sweep's other agents leave free)",
     )
     parser.add_argument(
+        "--devices",
+        default=None,
+        help="GPUs its trials may take, as torch numbers them here (e.g. 2,3; default: the "
+        "sweep's hydra.sweeper.devices); never one that another agent's trial holds",
+    )
+    parser.add_argument(
         "--no-report",
         action="store_true",
         help="do not refresh results.json / best.yaml nor print the leaderboard at the end",
     )
     return parser
+
+
+def _devices(text: str | None) -> list[str] | None:
+    """--devices 2,3 as CUDA_VISIBLE_DEVICES entries (TrainerError when it names no GPU here)."""
+    if text is None:
+        return None
+    from trainer.sweep import gpu_slots
+
+    try:
+        indices = [int(part) for part in text.split(",") if part.strip()]
+        return gpu_slots.resolve(indices)
+    except ValueError as err:
+        message = str(err).replace("hydra.sweeper.devices", "--devices")
+        if "invalid literal" in message:
+            message = f"--devices {text}: give GPU indices separated by commas, e.g. 0,1"
+        raise TrainerError(message) from err
 
 
 @exit_on_error
@@ -60,12 +82,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     if problem:
         raise TrainerError(problem)
+    devices = _devices(args.devices)
     root = Path(args.root) if args.root is not None else output_root()
     agent = LocalAgent(
         find("sweep", args.sweep, root),
         rerun_crashed=args.rerun_crashed,
         max_consecutive_failures=args.max_consecutive_failures,
         cpus_per_trial=args.cpus_per_trial,
+        devices=devices,
     )
     try:
         return agent.run(args.count)

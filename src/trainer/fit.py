@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import time
 from dataclasses import asdict, dataclass, field
@@ -246,6 +247,7 @@ def summarise(job: Job, status: str) -> RunSummary:
         precision=t.precision,
         cpu=job.cpu,
         torch=torch.__version__,
+        cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
         paths=run_paths(
             job.layout, wandb_run_dir=job.tracker.run_dir, wandb_run_id=job.tracker.run_id
         ),

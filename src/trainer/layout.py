@@ -148,6 +148,10 @@ class SweepLayout:
     def log(self, run_id: str) -> Path:
         return self.root / "logs" / f"{run_id}.log"
 
+    def template_log(self, agent_pid: int) -> Path:
+        """What an agent's trial template printed (import errors; trials log to their own)."""
+        return self.root / "logs" / f"template-{agent_pid}.log"
+
     def params(self, run_id: str) -> Path:
         return self.root / "params" / f"{run_id}.yaml"
 

@@ -47,6 +47,8 @@ class RunSummary:
     precision: str
     cpu: dict[str, Any]  # torch threads, inter-op threads, affinity, DataLoader workers
     torch: str  # torch.__version__
+    # The GPUs its launcher gave it (a sweep agent's device slot, SLURM, ...); None: not set.
+    cuda_visible_devices: str | None = None
     paths: dict[str, Any] = field(default_factory=dict)  # see run_paths
     config: dict[str, Any] = field(default_factory=dict)  # the resolved run config
 

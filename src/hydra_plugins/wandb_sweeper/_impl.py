@@ -15,6 +15,7 @@ from trainer import cpu_share
 from trainer.config import ConfigError, flatten, validate
 from trainer.errors import TrainerError, exit_on_error
 from trainer.layout import SweepLayout, conf_dir, default_output_root
+from trainer.sweep import gpu_slots
 from trainer.sweep.command import config_arguments, fixed_overrides
 from trainer.sweep.directory import write_sweep_yaml
 from trainer.sweep.translate import TranslationError, build_sweep_config, run_count
@@ -82,10 +83,13 @@ def runner_problems(options: dict[str, Any]) -> list[str]:
             f"hydra.sweeper.backend={options.get('backend')!r} is not a backend; use local or wandb"
         )
     least = 0 if options.get("backend") == "wandb" else 1
-    if not isinstance(agents, int) or isinstance(agents, bool) or agents < least:
+    if agents is not None and (
+        not isinstance(agents, int) or isinstance(agents, bool) or agents < least
+    ):
         problems.append(
             f"hydra.sweeper.agents={agents!r} must be an integer >= {least} "
-            "(0 only with backend=wandb, where it creates the sweep and starts no agent)"
+            "(0 only with backend=wandb, where it creates the sweep and starts no agent), or "
+            "null: one per device slot (hydra.sweeper.devices), else 1"
         )
     if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count <= 0):
         problems.append(
@@ -135,15 +139,27 @@ def trial_config(
 
 
 def trial_config_problems(
-    sweep_config: dict[str, Any], config: DictConfig, hydra_context: HydraContext
+    sweep_config: dict[str, Any],
+    config: DictConfig,
+    hydra_context: HydraContext,
+    gpus_per_trial: int = 1,
 ) -> list[str]:
-    """What trainer.config.validate finds in the trials' fully composed fixed config."""
+    """What trainer.config.validate finds in the trials' fully composed fixed config, and a
+    global batch that the processes of a multi-GPU trial cannot split evenly."""
     try:
-        validate(trial_config(sweep_config, config, hydra_context))
+        trial = trial_config(sweep_config, config, hydra_context)
+        validate(trial)
     except ConfigError as err:
         return [f"every trial would fail: {err}"]
     except (HydraException, OmegaConfBaseException) as err:
         return [f"every trial would fail to compose its config: {err}"]
+    batch = OmegaConf.select(trial, "data.batch_size")
+    if isinstance(gpus_per_trial, int) and gpus_per_trial > 1 and batch % gpus_per_trial:
+        return [
+            f"hydra.sweeper.gpus_per_trial={gpus_per_trial}: data.batch_size={batch} is the "
+            "global batch and must divide by the number of processes; set "
+            f"data.batch_size to a multiple of {gpus_per_trial}"
+        ]
     return []
 
 
@@ -155,11 +171,15 @@ def prepare(
         sweep_config = build_sweep_config(options, arguments, trial_config_args(config))
     except TranslationError as err:
         raise ConfigError(str(err)) from err
+    options["device_plan"], device_problems = gpu_slots.sweep_plan(options)
+    trial_problems = trial_config_problems(
+        sweep_config, config, hydra_context, options.get("gpus_per_trial", 1)
+    )
     check_sweep(
         sweep_config,
         config_keys(config),
         config_groups(config, hydra_context),
-        [*runner_problems(options), *trial_config_problems(sweep_config, config, hydra_context)],
+        [*runner_problems(options), *device_problems, *trial_problems],
     )
     return sweep_config
 
@@ -222,6 +242,7 @@ def _run_server(options: dict[str, Any], config: DictConfig, root: Path) -> dict
             root=root,
             directory=user_sweep_dir(config),
             cpus_per_trial=options["cpus_per_trial"],
+            devices=options["device_plan"],
             before_agents=options.get("before_agents"),
         )
     except ServerUnavailable as err:  # nothing was started, but the sweep could not run
@@ -233,23 +254,11 @@ def prewarm_hook(options: dict[str, Any], config: DictConfig, hydra_context: Hyd
     compose them), compiled by the backend before its agents start; None when off."""
     if not options["prewarm"]:
         return None
-    from trainer.cache import prewarm
-    from trainer.cache.env import BUNDLE_ENV, WANDB
+    from trainer.cache.prewarm import before_agents
 
-    sweep_config = options["sweep_config"]
-    plan = prewarm.plan(
-        sweep_config, lambda v: trial_config(sweep_config, config, hydra_context, v)
-    )
-    for note in plan.notes:
-        print(f"prewarm: {note}", flush=True)
-    env = {}
-    if options["backend"] == "wandb":  # the artifacts of the sweep's project, logged online
-        logger = config.get("logger") or {}
-        project = options["project"] or logger.get("project")
-        entity = options["entity"] or logger.get("entity")
-        env = {BUNDLE_ENV: WANDB, "WANDB_MODE": "online", "WANDB_PROJECT": project}
-        env.update({"WANDB_ENTITY": entity} if entity else {})
-    return lambda layout: prewarm.run(plan.targets, sweep_config, layout, env)
+    sweep = options["sweep_config"]
+    compose = lambda values: trial_config(sweep, config, hydra_context, values)  # noqa: E731
+    return before_agents(options, compose, config.get("logger") or {})
 
 
 def _run_local(options: dict[str, Any], config: DictConfig, root: Path) -> dict[str, Any]:
@@ -260,11 +269,12 @@ def _run_local(options: dict[str, Any], config: DictConfig, root: Path) -> dict[
         root=root,
         sweep_id=options["sweep_id"],
         directory=user_sweep_dir(config),
-        agents=options["agents"],
+        agents=gpu_slots.agent_count(options["agents"], options["device_plan"]),
         count=options["count"],
         rerun_crashed=options["rerun_crashed"],
         max_consecutive_failures=options["max_consecutive_failures"],
         cpus_per_trial=options["cpus_per_trial"],
+        devices=options["device_plan"],
         before_agents=options.get("before_agents"),
     )
 

@@ -33,7 +33,9 @@ class WandbSweeperConf:
     # Where and how it runs (the local sweep's files: hydra.sweep.dir when set, else
     # <paths.output_dir>/sweeps/<sweep id>/).
     backend: str = "local"  # local (offline, SQLite store) | wandb (the W&B server)
-    agents: int = 1  # agents started here (backend=wandb: 0 only creates the sweep)
+    # agents started here: null = one per device slot (see devices), or 1 on a machine without
+    # GPUs (backend=wandb: 0 only creates the sweep)
+    agents: Any = None
     count: Any = None  # runs per agent (None: until the sweep ends)
     sweep_id: Any = None  # join or resume an existing sweep
     project: Any = None  # backend=wandb: W&B project (default: logger.project)
@@ -44,6 +46,12 @@ class WandbSweeperConf:
     rerun_crashed: bool = False  # resuming: run again the trials a crash interrupted
     max_consecutive_failures: int = 5  # an agent gives up after this many failed trials in a row
     cpus_per_trial: Any = None  # CPUs (threads, cores) per concurrent trial; None: an equal share
+    # GPUs the trials use: auto (every GPU torch sees here; none on a CPU machine), a list of
+    # indices (cuda:i as torch numbers them here), or null (no assignment); each trial gets its
+    # devices through CUDA_VISIBLE_DEVICES, and a device runs trials_per_device trials at once
+    devices: Any = "auto"
+    trials_per_device: int = 1  # trials packed on one GPU (free memory checked before packing)
+    gpus_per_trial: int = 1  # GPUs per trial; above 1 a trial is torchrun + trainer.strategy=ddp
     prewarm: bool = False  # compile each distinct workload (model, input, compile) once, first
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer.cache.env import BUNDLE_ENV
+from trainer.cache.env import BUNDLE_ENV, WANDB
 from trainer.cache.workload import label, workload, workload_id
 from trainer.layout import SweepLayout
 
@@ -85,6 +85,25 @@ def plan(sweep_config: Mapping[str, Any], compose: Callable[[dict], Any]) -> Pla
                 "the search draws compiles once, cold, in the trial that draws it"
             )
     return result
+
+
+def before_agents(
+    options: Mapping[str, Any], compose: Callable[[dict], Any], logger: Mapping[str, Any]
+) -> Callable[[SweepLayout], None]:
+    """The sweeper's hook: plan now (a config problem shows before the sweep is created), say
+    what prewarm cannot cover, and compile the plan when the backend calls it with the sweep's
+    layout. With backend=wandb the bundle is the sweep's project's artifacts, logged online."""
+    sweep_config = options["sweep_config"]
+    found = plan(sweep_config, compose)
+    for note in found.notes:
+        print(f"prewarm: {note}", flush=True)
+    env: dict[str, str] = {}
+    if options["backend"] == "wandb":
+        env = {BUNDLE_ENV: WANDB, "WANDB_MODE": "online"}
+        env["WANDB_PROJECT"] = options["project"] or logger.get("project")
+        if options["entity"] or logger.get("entity"):
+            env["WANDB_ENTITY"] = options["entity"] or logger.get("entity")
+    return lambda layout: run(found.targets, sweep_config, layout, env)
 
 
 def run(

@@ -1,13 +1,13 @@
 """The local agent, the offline twin of `wandb agent`: claims runs from the sweep store, runs
-each as a `python -m trainer` subprocess with W&B's agent environment, feeds its per-epoch
-metrics back, stops runs that hyperband stops (SIGTERM), and records how each run ended."""
+each as a `python -m trainer` process with W&B's agent environment (forked from a pre-imported
+trial template where it can), feeds its per-epoch metrics back, stops runs that hyperband stops
+(SIGTERM), and records how each run ended."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -18,9 +18,11 @@ from trainer import cpu_share
 from trainer.cache import env as cache_env
 from trainer.errors import TrainerError
 from trainer.layout import SweepLayout
-from trainer.sweep import cpu_slots, engine
+from trainer.sweep import cpu_slots, engine, gpu_slots
 from trainer.sweep.command import expand
 from trainer.sweep.directory import new_id, sweep_id_of
+from trainer.sweep.launch import Launcher, Trial
+from trainer.sweep.records import BUSY
 from trainer.sweep.store import RunRecord, SweepStore
 
 POLL_S = 0.25  # how often a running trial's metrics, stop flag and exit are checked
@@ -28,6 +30,7 @@ HEARTBEAT_S = 2.0  # how often the store hears that a run's agent is alive
 KILL_DELAY_S = 30.0  # SIGKILL a stopped run that has not exited this long after SIGTERM
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # forwarded to the running trial
 TAIL_LINES = 30  # log lines kept in the store for a run that did not finish
+DEVICE_WAIT_S = 0.5  # how often an agent whose devices are all taken looks again
 
 
 def trial_env(sweep_id: str, run: RunRecord, params_path: Path, run_dir: Path) -> dict[str, str]:
@@ -96,6 +99,7 @@ class LocalAgent:
         rerun_crashed: bool = False,
         max_consecutive_failures: int = 5,
         cpus_per_trial: int | None = None,
+        devices: list[str] | None = None,
     ) -> None:
         self.layout = layout
         self.store = SweepStore(layout.db)
@@ -105,20 +109,24 @@ class LocalAgent:
         self.rerun_crashed = rerun_crashed
         self.max_consecutive_failures = max_consecutive_failures
         self.signum: int | None = None  # SIGTERM/SIGINT the agent received
-        self._trial: subprocess.Popen | None = None
+        self._trial: Trial | None = None
+        self.launcher: Launcher | None = None  # starts trials (from the template when it can)
         self.cpus_per_trial = cpus_per_trial  # None: the sweep's setting, or an equal share
         self.share: cpu_share.Share | None = None  # this agent's CPUs (cpu_slots.json)
+        # The GPUs its trials may take (the sweep's, or its own --devices); None: not assigned.
+        self.pool = gpu_slots.agent_pool(self.store.get("devices"), devices)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         """Forward SIGTERM/SIGINT to the running trial once (it saves and exits); the watch
         loop then waits for it, records how it ended, and the agent exits 128 + signum."""
-        if self.signum is None and self._trial is not None and self._trial.poll() is None:
+        trial = self._trial  # read its state only: the watch loop owns poll()
+        if self.signum is None and trial is not None and trial.returncode is None:
             print(
                 f"agent: {signal.Signals(signum).name} received, stopping the running trial "
                 f"(SIGKILL in {KILL_DELAY_S:g} s if it has not exited)",
                 flush=True,
             )
-            self._trial.send_signal(signum)
+            trial.send_signal(signum)
         self.signum = self.signum or signum
 
     def run(self, count: int | None = None) -> int:
@@ -135,15 +143,25 @@ class LocalAgent:
                 per_trial=self.cpus_per_trial,
                 stop=lambda: self.signum is not None,
             )
-            return self._run(count) if self.share else 128 + (self.signum or signal.SIGTERM)
+            if not self.share:
+                return 128 + (self.signum or signal.SIGTERM)
+            self.launcher = Launcher(
+                {**os.environ, **self.share.env()},
+                self.share.cores,
+                self.layout.template_log(os.getpid()),
+                command=self.config.get("command"),
+            )
+            return self._run(count)
         finally:
+            if self.launcher is not None:
+                self.launcher.close()
             cpu_slots.release_share(self.layout.root)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
     def _run(self, count: int | None) -> int:
         self.store.mark_lost_runs()
-        done = 0
+        done, waited = 0, False
         failures: list[RunRecord] = []
         while self.signum is None and (count is None or done < count):
             run = self.store.claim(
@@ -151,7 +169,15 @@ class LocalAgent:
                 new_id=new_id,
                 agent_pid=os.getpid(),
                 rerun_crashed=self.rerun_crashed,
+                pool=self.pool,
             )
+            if run is BUSY:  # every device it may use runs a trial: wait for one to end
+                if not waited:
+                    print("agent: every device it may use runs a trial; waiting", flush=True)
+                waited = True
+                time.sleep(DEVICE_WAIT_S)
+                continue
+            waited = False
             if run is None:
                 print(
                     f"agent: sweep {self.sweep_id} has no more runs to hand out "
@@ -188,19 +214,19 @@ class LocalAgent:
         argv = expand(self.config, run.params, run_dir)
         resume = run.resumable  # interrupted: the same run continues from its last.pt
         argv += ["trainer.resume=auto"] if resume else []
-        env = {**trial_env(self.sweep_id, run, params_path, run_dir), **self.share.env()}
-        env.update(cache_env.trial_env(self.layout))  # the sweep's compile-cache bundle
+        env = {
+            **trial_env(self.sweep_id, run, params_path, run_dir),
+            **self.share.env(),
+            **gpu_slots.trial_env(run.devices),
+            **cache_env.trial_env(self.layout),  # the sweep's compile-cache bundle
+        }
         verb = "resuming" if resume else "starting"
-        print(f"agent: {verb} run {run.id} with {json.dumps(run.params)}", flush=True)
+        where = f" on GPU {','.join(run.devices)}" if run.devices else ""
+        print(f"agent: {verb} run {run.id}{where} with {json.dumps(run.params)}", flush=True)
         with open(log_path, "a" if resume else "w") as log:
             log.write(" ".join(argv) + "\n")
             log.flush()
-            # Its own session: a terminal's Ctrl-C reaches the agent only, which forwards it once
-            # (a second SIGINT would abort the trial's graceful save).
-            with cpu_share.inherited_affinity(self.share.cores):  # the trial runs on its cores
-                proc = subprocess.Popen(
-                    argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-                )
+            proc = self.launcher.start(argv, env, log, self.share.cores)
         self._trial = proc
         if self.signum is not None:  # a signal came while the trial was starting
             proc.send_signal(self.signum)
@@ -233,7 +259,7 @@ class LocalAgent:
         print(f"agent: run {run.id} {state} (exit code {code}), log {log_path}", flush=True)
         return state
 
-    def _watch(self, run_id: str, proc: subprocess.Popen, metrics_path: Path) -> int:
+    def _watch(self, run_id: str, proc: Trial, metrics_path: Path) -> int:
         """Feed metrics.jsonl into the store as it grows; SIGTERM the run if hyperband says so."""
         offset, epochs, sigterm_at, beat = 0, 0, None, time.monotonic()
         while True:

@@ -24,6 +24,7 @@ from trainer.sweep.directory import (
     sweep_id_of,
     write_sweep_yaml,
 )
+from trainer.sweep.gpu_slots import DevicePlan
 from trainer.sweep.store import SweepStore
 
 # An agent stopped by SIGINT/SIGTERM exits 128 + signal (its trial saved a checkpoint).
@@ -100,13 +101,14 @@ def run_sweep(
     rerun_crashed: bool = False,
     max_consecutive_failures: int = 5,
     cpus_per_trial: int | None = None,
+    devices: DevicePlan | None = None,
     before_agents: Callable[[SweepLayout], None] | None = None,
 ) -> dict:
     """Create (sweep_id None) or reopen (sweep_id given) the local sweep in `directory` (the
     user's hydra.sweep.dir) or <root>/sweeps/<sweep_id>/, run `agents` local agent processes
-    (each at most `count` trials) until the sweep ends, print the leaderboard, write
-    results.json and best.yaml, and return the results dict. `before_agents(layout)` runs
-    first (hydra.sweeper.prewarm)."""
+    (each at most `count` trials; trials get GPUs from `devices`) until the sweep ends, print
+    the leaderboard, write results.json and best.yaml, and return the results dict.
+    `before_agents(layout)` runs first (hydra.sweeper.prewarm)."""
     root = Path(root).resolve()
     directory = Path(directory).resolve() if directory is not None else None
     if sweep_id is None:
@@ -114,6 +116,8 @@ def run_sweep(
     else:
         sweep_id, layout, store = _reopen(sweep_id, root, directory)
     store.set("state", "running")
+    if devices is not None:  # the GPUs its agents hand out (gpu_slots), this command's choice
+        store.set("devices", devices.to_dict())
     hint = join_command(sweep_id, root, layout.root)
     print(f"sweep {sweep_id}: join from another terminal with {hint}", flush=True)
     if before_agents is not None:

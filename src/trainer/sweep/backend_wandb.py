@@ -16,7 +16,9 @@ from urllib.parse import urlparse
 
 from trainer import cpu_share
 from trainer.layout import SweepLayout
+from trainer.sweep import gpu_slots
 from trainer.sweep.directory import write_sweep_yaml
+from trainer.sweep.gpu_slots import DevicePlan
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 PROBE_TIMEOUT_S = 3.0
@@ -122,16 +124,18 @@ def run_server_sweep(
     project: str | None,
     entity: str | None,
     sweep_id: str | None,
-    agents: int,
+    agents: int | None,
     count: int | None,
     root: Path,
     directory: Path | None = None,
     cpus_per_trial: int | None = None,
+    devices: DevicePlan | None = None,
     before_agents: Callable[[SweepLayout], None] | None = None,
 ) -> dict[str, Any]:
-    """Create the sweep (or join `sweep_id`), print the agent line, run `agents` agents, wait.
-    A new sweep's sweep.yaml goes into `directory` (hydra.sweep.dir) or <root>/sweeps/<id>/;
-    `before_agents(layout)` runs before any agent starts (hydra.sweeper.prewarm)."""
+    """Create the sweep (or join `sweep_id`), print the agent line, run `agents` agents (None:
+    one per device slot), each on its slot's GPUs, and wait. A new sweep's sweep.yaml goes into
+    `directory` (hydra.sweep.dir) or <root>/sweeps/<id>/; `before_agents(layout)` runs before
+    any agent starts (hydra.sweeper.prewarm)."""
     preflight()
     import wandb
 
@@ -143,17 +147,25 @@ def run_server_sweep(
         write_sweep_yaml(config, layout.yaml)
     entity = entity or wandb.Api().default_entity
     path = f"{entity}/{project}/{sweep_id}"
+    slots = gpu_slots.fixed_slots(devices)
     print(f"sweep {sweep_id} on {base_url()}; run agents anywhere with:\n  wandb agent {path}")
+    if slots:  # one agent per device slot, as this command starts them here
+        print("one per GPU slot of a machine like this one:")
+        for slot in slots:
+            print(f"  {gpu_slots.ENV}={','.join(slot)} wandb agent {path}")
+    agents = gpu_slots.agent_count(agents, devices)
     if before_agents is not None:  # hydra.sweeper.prewarm: artifacts before any agent
         before_agents(layout)
     # Trials must report to the server (metrics feed bayes and hyperband): online, whatever
     # logger.mode says (the environment wins over it).
     env = {**os.environ, "WANDB_MODE": "online"}
     processes = []
-    for share in cpu_share.plan_shares(cpu_share.process_limits(), agents, cpus_per_trial)[:agents]:
+    shares = cpu_share.plan_shares(cpu_share.process_limits(), agents, cpus_per_trial)[:agents]
+    for i, share in enumerate(shares):
+        gpus = gpu_slots.trial_env(slots[i % len(slots)] if slots else None)
         with cpu_share.inherited_affinity(share.cores):  # its trials inherit the cores and env
             processes.append(
-                subprocess.Popen(agent_command(path, count), env={**env, **share.env()})
+                subprocess.Popen(agent_command(path, count), env={**env, **share.env(), **gpus})
             )
     codes = [process.wait() for process in processes]
     return {"sweep_id": sweep_id, "backend": "wandb", "path": path, "agent_exit_codes": codes}

@@ -11,16 +11,34 @@ from typing import Any
 
 ARGS_MACRO = "${args_no_hyphens}"  # where `wandb agent` puts `key=value` of each parameter
 ENTRY = ["-m", "trainer"]  # the entry point every trial runs
+TORCHRUN = ["-m", "torch.distributed.run"]  # torchrun, as a module of the trial's interpreter
 
 
 def _is_macro(chunk: str) -> bool:
     return chunk.startswith("${") and chunk.endswith("}")
 
 
-def template(fixed: Iterable[str], config_args: Iterable[str] = ()) -> list[str]:
+def template(
+    fixed: Iterable[str], config_args: Iterable[str] = (), gpus_per_trial: int = 1
+) -> list[str]:
     """The `command` W&B's agent runs: `python -m trainer [config args] key=value ... <fixed>`;
-    config args (`--config-dir=...`) come first, where Hydra's parser wants its options."""
-    return ["${env}", "${interpreter}", *ENTRY, *config_args, ARGS_MACRO, *fixed, "hydra.mode=RUN"]
+    config args (`--config-dir=...`) come first, where Hydra's parser wants its options. A trial
+    on several GPUs runs through torchrun (`python -m torch.distributed.run`, the same program,
+    from the same environment) with DDP; `--standalone` gives it its own free port."""
+    launcher: list[str] = []
+    if isinstance(gpus_per_trial, int) and gpus_per_trial > 1:  # a bad value is reported apart
+        launcher = [*TORCHRUN, "--standalone", f"--nproc_per_node={gpus_per_trial}"]
+        fixed = ["trainer.strategy=ddp", *fixed]
+    return [
+        "${env}",
+        "${interpreter}",
+        *launcher,
+        *ENTRY,
+        *config_args,
+        ARGS_MACRO,
+        *fixed,
+        "hydra.mode=RUN",
+    ]
 
 
 def config_arguments(
@@ -74,8 +92,8 @@ def fixed_overrides(config: Mapping[str, Any]) -> list[str]:
     """The arguments of `command` that every trial gets: everything after the entry point
     (`-m trainer`, or `${program}`) that is not a macro, config args included."""
     command = [str(c) for c in config.get("command") or []]
-    if "-m" in command:
-        command = command[command.index("-m") + 2 :]
+    if "-m" in command:  # the last module: the trainer (torchrun's comes before it)
+        command = command[len(command) - command[::-1].index("-m") + 1 :]
     elif "${program}" in command:
         command = command[command.index("${program}") + 1 :]
     elif ARGS_MACRO in command:

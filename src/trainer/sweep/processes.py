@@ -23,14 +23,27 @@ def pid_alive(pid: int | None) -> bool:
     return state not in ("Z", "X")
 
 
+def _is_trial_of(pid: int, run_id: str) -> bool:
+    """Whether `pid` is still this run's trial (a PID may be reused): its command line names the
+    run's directory (a plain process), or its output goes to the run's log (forked from a trial
+    template, whose command line it shares)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
+    if f"/runs/{run_id}" in cmdline:
+        return True
+    try:
+        return os.readlink(f"/proc/{pid}/fd/1").endswith(f"/logs/{run_id}.log")
+    except OSError:
+        return False
+
+
 def kill_orphan(pid: int | None, run_id: str) -> None:
     """SIGKILL a lost run's trial process if it still runs (its agent died under it)."""
-    try:  # the pid may be reused: only a process whose command line names this run
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-    except (OSError, TypeError):
+    if pid is None or not _is_trial_of(pid, run_id):
         return
-    if f"/runs/{run_id}" in cmdline:
-        try:
-            os.kill(pid, signal.SIGKILL)  # type: ignore[arg-type]
-        except ProcessLookupError:
-            return
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return

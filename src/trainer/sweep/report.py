@@ -48,6 +48,16 @@ def _rank_key(metric: dict | None):
     return key
 
 
+def failure_reason(log_tail: str | None) -> str | None:
+    """Why a run failed, from the end of its log: the last error line (an exception, CUDA out
+    of memory), else its last line."""
+    lines = [line.strip() for line in (log_tail or "").splitlines() if line.strip()]
+    for line in reversed(lines):
+        if "Error" in line or "out of memory" in line:
+            return line[:200]
+    return lines[-1][:200] if lines else None
+
+
 def results(store: SweepStore, sweep_id: str) -> dict[str, Any]:
     """The results dict (also results.json): every run, ranked by the sweep metric."""
     config = store.config
@@ -64,6 +74,8 @@ def results(store: SweepStore, sweep_id: str) -> dict[str, Any]:
                 "metric": engine.metric_value(r, metric),
                 "run_dir": r.run_dir,
                 "exit_code": r.exit_code,
+                "reason": failure_reason(r.log_tail) if r.state in ("failed", "crashed") else None,
+                "devices": r.devices or [],
                 "log": r.log_path,
                 "duration_s": r.duration_s,
                 "epochs": len(r.history),
@@ -137,8 +149,11 @@ def leaderboard(res: dict[str, Any], *, with_params: bool) -> Table:
 
     metric = res["metric"] or {}
     table = Table(title=f"sweep {res['sweep_id']} ({res.get('method')})")
+    gpus = any(e.get("devices") for e in res["runs"])
     for col in ("rank", "run", metric.get("name", "metric"), "state", "time", "compile_s"):
         table.add_column(col, no_wrap=True)
+    if gpus:
+        table.add_column("gpu", no_wrap=True)
     table.add_column("cache hit/miss", no_wrap=True)
     if with_params:
         table.add_column("params", overflow="fold")
@@ -151,6 +166,7 @@ def leaderboard(res: dict[str, Any], *, with_params: bool) -> Table:
             e["state"],
             "-" if dur is None else f"{dur:.1f}s",
             "-" if e.get("compile_s") is None else f"{e['compile_s']:.2f}",
+            *([",".join(e.get("devices") or ()) or "-"] * gpus),
             _cache_hits(e),
             *([_params(e)] * with_params),
         )

@@ -6,17 +6,22 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainer.sweep.processes import kill_orphan, pid_alive
+from trainer.sweep.records import BUSY, Busy, RunRecord, to_json
+
+if TYPE_CHECKING:
+    from trainer.sweep.gpu_slots import DevicePool
 
 TERMINAL = ("finished", "failed", "crashed", "stopped")
+
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sweep (
@@ -42,7 +47,9 @@ CREATE TABLE IF NOT EXISTS runs (
     created_at REAL NOT NULL,
     started_at REAL,
     ended_at REAL,
-    heartbeat_at REAL
+    heartbeat_at REAL,
+    host TEXT,
+    devices TEXT
 );
 CREATE TABLE IF NOT EXISTS metrics (
     run_id TEXT NOT NULL,
@@ -51,46 +58,6 @@ CREATE TABLE IF NOT EXISTS metrics (
     PRIMARY KEY (run_id, step)
 );
 """
-
-
-@dataclass
-class RunRecord:
-    """One row of `runs` with its metric history."""
-
-    id: str
-    seq: int
-    state: str
-    params: dict[str, Any]
-    search_info: dict | None = None
-    agent_pid: int | None = None
-    pid: int | None = None
-    run_dir: str | None = None
-    log_path: str | None = None
-    exit_code: int | None = None
-    log_tail: str | None = None
-    summary: dict | None = None
-    stop_requested: bool = False
-    rerun_of: str | None = None
-    superseded: bool = False
-    created_at: float = 0.0
-    started_at: float | None = None
-    ended_at: float | None = None
-    heartbeat_at: float | None = None
-    history: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def resumable(self) -> bool:
-        """Interrupted (its summary says so) with the checkpoint it saved: rerun, it resumes."""
-        doc = self.summary or {}
-        path = (doc.get("paths") or {}).get("checkpoint")
-        return doc.get("status") == "interrupted" and bool(path) and Path(path).is_file()
-
-    @property
-    def duration_s(self) -> float | None:
-        if self.started_at is None:
-            return None
-        end = self.ended_at if self.ended_at is not None else time.time()
-        return end - self.started_at
 
 
 class SweepStore:
@@ -107,6 +74,10 @@ class SweepStore:
             for stmt in _SCHEMA.split(";"):
                 if stmt.strip():
                     self._db.execute(stmt)
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(runs)")}
+            for column in ("host", "devices"):  # a sweep.db written before they existed
+                if column not in columns:
+                    self._db.execute(f"ALTER TABLE runs ADD COLUMN {column} TEXT")
 
     def close(self) -> None:
         self._db.close()
@@ -155,7 +126,7 @@ class SweepStore:
         out = []
         for r in rows:
             d = dict(r)
-            for key in ("params", "search_info", "summary"):
+            for key in ("params", "search_info", "summary", "devices"):
                 d[key] = None if d[key] is None else json.loads(d[key])
             d["stop_requested"] = bool(d["stop_requested"])
             d["superseded"] = bool(d["superseded"])
@@ -185,56 +156,70 @@ class SweepStore:
         new_id: Callable[[], str],
         agent_pid: int,
         rerun_crashed: bool = False,
-    ) -> RunRecord | None:
+        pool: DevicePool | None = None,
+    ) -> RunRecord | None | Busy:
         """Hand out the next run exactly once: a crashed run to rerun (an interrupted one, with
         its checkpoint, resumes in place: same id, run dir and history), else what `propose`
-        suggests given the runs so far (None: the sweep has nothing more to run)."""
+        suggests given the runs so far (None: the sweep has nothing more to run). With a device
+        `pool`, the run also gets free devices of this machine, or nothing is handed out while
+        none is free (BUSY)."""
         with self.transaction() as db:
             runs = self._rows(db)
-            params: dict | None = None
-            info: dict | None = None
-            rerun_of = None
-            for r in runs if rerun_crashed else ():
-                if r.state == "crashed" and not r.superseded and r.resumable:
-                    now = time.time()
-                    db.execute(
-                        "UPDATE runs SET state = 'running', agent_pid = ?, pid = NULL, exit_code "
-                        "= NULL, ended_at = NULL, log_tail = NULL, heartbeat_at = ? WHERE id = ?",
-                        (agent_pid, now, r.id),
-                    )
-                    return self._rows(db, "WHERE id = ?", (r.id,))[0]
-                if r.state == "crashed" and not r.superseded:
-                    params, rerun_of = r.params, r.id
-                    db.execute("UPDATE runs SET superseded = 1 WHERE id = ?", (r.id,))
-                    break
-            if params is None:
+            if pool is not None and not pool.available(runs):
+                return BUSY
+            host = pool.host if pool is not None else socket.gethostname()
+            crashed = self._crashed_to_rerun(runs) if rerun_crashed else None
+            if crashed is not None and crashed.resumable:
+                devices = pool.choose(runs, crashed.params) if pool is not None else None
+                db.execute(
+                    "UPDATE runs SET state = 'running', agent_pid = ?, pid = NULL, exit_code "
+                    "= NULL, ended_at = NULL, log_tail = NULL, heartbeat_at = ?, host = ?, "
+                    "devices = ? WHERE id = ?",
+                    (agent_pid, time.time(), host, to_json(devices), crashed.id),
+                )
+                return self._rows(db, "WHERE id = ?", (crashed.id,))[0]
+            if crashed is not None:
+                db.execute("UPDATE runs SET superseded = 1 WHERE id = ?", (crashed.id,))
+                params, info = crashed.params, None
+            else:
                 proposal = propose([r for r in runs if not r.superseded])
                 if proposal is None:
                     return None
                 params, info = proposal
-            run_id = new_id()
-            now = time.time()
+            devices = pool.choose(runs, params) if pool is not None else None
+            run_id, now = new_id(), time.time()
             db.execute(
                 "INSERT INTO runs (id, state, params, search_info, agent_pid, rerun_of, "
-                "created_at, started_at, heartbeat_at) VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?)",
+                "created_at, started_at, heartbeat_at, host, devices) "
+                "VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run_id,
                     json.dumps(params),
-                    None if info is None else json.dumps(info),
+                    to_json(info),
                     agent_pid,
-                    rerun_of,
+                    crashed.id if crashed is not None else None,
                     now,
                     now,
                     now,
+                    host,
+                    to_json(devices),
                 ),
             )
         return self.run(run_id)
+
+    @staticmethod
+    def _crashed_to_rerun(runs: list[RunRecord]) -> RunRecord | None:
+        """The first crashed run not yet rerun: resumable ones are taken first."""
+        crashed = [r for r in runs if r.state == "crashed" and not r.superseded]
+        resumable = [r for r in crashed if r.resumable]
+        return (resumable or crashed or [None])[0]
 
     def update(self, run_id: str, **fields: Any) -> None:
         if not fields:
             return
         values = [
-            json.dumps(v) if k in ("summary", "search_info") else v for k, v in fields.items()
+            json.dumps(v) if k in ("summary", "search_info", "devices") else v
+            for k, v in fields.items()
         ]
         cols = ", ".join(f"{k} = ?" for k in fields)
         with self.transaction() as db:

@@ -108,7 +108,7 @@ def build_sweep_config(
         if value is not None:
             config[key] = value
     config["parameters"] = parameters
-    config["command"] = template(fixed, config_args)
+    config["command"] = template(fixed, config_args, sweeper.get("gpus_per_trial") or 1)
     return config
 
 

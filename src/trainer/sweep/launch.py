@@ -1,0 +1,287 @@
+"""How a local agent starts a trial: forked from its trial template (imports already paid) when
+the trial is `python -m trainer` on this interpreter and environment, else as a plain process
+(`subprocess.Popen`), exactly as before. Both give the agent the same handle: pid, poll,
+send_signal, kill."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO, Protocol
+
+from trainer import cpu_share
+from trainer.sweep.processes import pid_alive
+from trainer.sweep.trial_template import receive, send
+
+ENV_SWITCH = "TRAINER_TRIAL_TEMPLATE"  # 0: every trial starts as a plain process
+READY_TIMEOUT_S = 300.0  # imports on a loaded machine; after that, trials start as processes
+# A trial's environment may differ from its template's only in these (read after the fork).
+PER_TRIAL_PREFIXES = ("WANDB_",)
+PER_TRIAL_KEYS = ("CUDA_VISIBLE_DEVICES",)
+MODULES = ("trainer",)  # what a template forks into: the sweep's entry point
+
+
+class Trial(Protocol):
+    """What the agent needs of a running trial (a subset of subprocess.Popen)."""
+
+    pid: int
+    returncode: int | None  # None while it runs (as far as the last poll() knows)
+
+    def poll(self) -> int | None: ...
+    def send_signal(self, signum: int) -> None: ...
+    def kill(self) -> None: ...
+
+
+class ForkedTrial:
+    """A trial forked by the template: signals go to its PID, its exit code comes from the
+    template that reaps it."""
+
+    def __init__(self, template: TrialTemplate, pid: int) -> None:
+        self.template = template
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.template.pump()
+        if self.returncode is None and self.template.dead and not pid_alive(self.pid):
+            # Its template died first: nobody can tell the exit code; report a crash.
+            self.returncode = -signal.SIGKILL
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):  # it has just ended: poll() says how
+                os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def _without_env(argv: list[str]) -> list[str]:
+    """The command after W&B's `${env}` (/usr/bin/env) prefix."""
+    return argv[1:] if argv and os.path.basename(argv[0]) == "env" else argv
+
+
+def forkable(command: list[str], modules: tuple[str, ...] = MODULES) -> bool:
+    """Whether a sweep's `command` (macros unexpanded) runs `python -m trainer` on the agent's
+    interpreter, so a template can start its trials."""
+    body = [str(c) for c in command]
+    body = body[1:] if body[:1] == ["${env}"] else body
+    return (
+        len(body) >= 3
+        and body[0] in ("${interpreter}", sys.executable)
+        and body[1] == "-m"
+        and body[2] in modules
+    )
+
+
+def _env_difference(template_env: dict[str, str], env: dict[str, str]) -> list[str]:
+    """Variables that differ between the template and a trial beyond the per-trial ones."""
+    keys = set(template_env) | set(env)
+    return sorted(
+        k
+        for k in keys
+        if template_env.get(k) != env.get(k)
+        and not k.startswith(PER_TRIAL_PREFIXES)
+        and k not in PER_TRIAL_KEYS
+    )
+
+
+class TrialTemplate:
+    """The agent's end of one template process (`trainer.sweep.trial_template`)."""
+
+    def __init__(
+        self,
+        env: dict[str, str],
+        cores: tuple[int, ...],
+        log_path: Path,
+        modules: tuple[str, ...] = MODULES,
+    ) -> None:
+        self.env = dict(env)
+        self.modules = modules
+        self.cwd = os.getcwd()
+        self.dead = False
+        self.trials: dict[int, ForkedTrial] = {}
+        self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "a") as log, cpu_share.inherited_affinity(cores):
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "trainer.sweep.trial_template", str(theirs.fileno())],
+                env=self.env,
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # a terminal's Ctrl-C is the agent's to forward
+            )
+        theirs.close()
+        self.ready: bool | None = None  # None: still importing
+        self.problem = ""
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> bool:
+        """Block until the template has imported everything (True) or failed (False)."""
+        deadline = time.monotonic() + timeout
+        while self.ready is None and not self.dead:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.problem = f"was not ready after {timeout:g} s"
+                return False
+            self._sock.settimeout(min(left, 1.0))
+            try:
+                self._handle(*receive(self._sock))
+            except TimeoutError:
+                continue
+            finally:
+                self._sock.settimeout(None)
+        return bool(self.ready)
+
+    def usable_for(self, argv: list[str], env: dict[str, str]) -> str:
+        """Why this trial cannot be forked from the template ('' when it can)."""
+        code = self.process.poll()
+        if code is not None and not self.dead:
+            self.dead = True
+            self.problem = self.problem or f"ended (exit code {code})"
+        if self.dead or not self.ready:
+            return f"the trial template {self.problem or 'ended'}"
+        body = _without_env(argv)
+        if (
+            len(body) < 3
+            or body[0] != sys.executable
+            or body[1] != "-m"
+            or body[2] not in self.modules
+        ):
+            return "the sweep's command is not `python -m trainer` on this interpreter"
+        differ = _env_difference(self.env, env)
+        if differ:
+            return f"the trial's environment differs from the agent's in {', '.join(differ)}"
+        if os.getcwd() != self.cwd:
+            return "the agent changed its working directory"
+        return ""
+
+    def start(self, argv: list[str], env: dict[str, str], log: IO, cores: tuple) -> ForkedTrial:
+        """Fork `[env] python -m MODULE args...` (see usable_for) with this environment, its
+        output to `log`, on `cores`."""
+        body = _without_env(argv)
+        request = {
+            "module": body[2],
+            "args": body[3:],
+            "env": env,
+            "cwd": self.cwd,
+            "cores": list(cores),
+        }
+        send(self._sock, request, [log.fileno()])
+        while True:  # the reply to this request comes before any later exit report
+            message, fds = receive(self._sock)
+            if message is None or "started" in message:
+                break
+            self._handle(message, fds)
+        if message is None:
+            self.dead = True
+            raise OSError("the trial template ended while starting a trial")
+        trial = ForkedTrial(self, message["started"])
+        self.trials[trial.pid] = trial
+        return trial
+
+    def pump(self) -> None:
+        """Read what the template reported (trials that ended) without blocking."""
+        while not self.dead:
+            try:
+                message, fds = receive_nowait(self._sock)
+            except BlockingIOError:
+                return
+            self._handle(message, fds)
+
+    def _handle(self, message: dict | None, fds: list[int]) -> None:
+        for fd in fds:
+            os.close(fd)
+        if message is None:
+            self.dead = True
+            self.problem = self.problem or f"ended (exit code {self.process.poll()})"
+        elif "ready" in message:
+            self.ready = True
+        elif "error" in message:
+            self.ready, self.problem = False, message["error"]
+        elif "exited" in message and message["exited"] in self.trials:
+            self.trials.pop(message["exited"]).returncode = message["code"]
+
+    def close(self) -> None:
+        """End the template (running trials live on, as plain processes' would)."""
+        self._sock.close()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def receive_nowait(sock: socket.socket) -> tuple[dict | None, list[int]]:
+    sock.setblocking(False)
+    try:
+        return receive(sock)
+    finally:
+        sock.setblocking(True)
+
+
+class Launcher:
+    """Starts an agent's trials: from its template while that works, else as processes (the
+    agent says so once, with the reason)."""
+
+    def __init__(
+        self,
+        env: dict[str, str],
+        cores: tuple[int, ...],
+        log_path: Path,
+        modules: tuple[str, ...] = MODULES,
+        command: list[str] | None = None,
+    ) -> None:
+        self.template: TrialTemplate | None = None
+        self.noticed = False
+        reason = ""
+        if os.environ.get(ENV_SWITCH, "1") == "0":
+            reason = f"{ENV_SWITCH}=0"
+        elif not hasattr(os, "fork") or sys.platform != "linux":
+            reason = "a trial template needs Linux's fork"
+        elif command is not None and not forkable(command, modules):
+            reason = "the sweep's command is not `python -m trainer` on this interpreter"
+        if reason:
+            self._notice(reason)
+        else:
+            self.template = TrialTemplate(env, cores, log_path, modules)
+
+    def _notice(self, reason: str) -> None:
+        if not self.noticed:
+            self.noticed = True
+            print(
+                f"agent: trials start as new processes, each paying its imports ({reason})",
+                flush=True,
+            )
+
+    def start(self, argv: list[str], env: dict[str, str], log: IO, cores: tuple) -> Trial:
+        template = self.template
+        if template is not None and template.ready is None:
+            template.wait_ready()
+        reason = template.usable_for(argv, env) if template is not None else ""
+        if template is not None and not reason:
+            try:
+                return template.start(argv, env, log, cores)
+            except OSError as err:
+                reason = f"template failed: {err}"
+        if reason:
+            self._notice(reason)
+        # Its own session: a terminal's Ctrl-C reaches the agent only, which forwards it once
+        # (a second SIGINT would abort the trial's graceful save).
+        with cpu_share.inherited_affinity(cores):  # the trial runs on its cores
+            return subprocess.Popen(
+                argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def close(self) -> None:
+        if self.template is not None:
+            self.template.close()

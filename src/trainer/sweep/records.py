@@ -1,0 +1,66 @@
+"""A sweep's runs as the store hands them out: one record per run (its row and metric history),
+and the answer of a claim while every device is taken."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class RunRecord:
+    """One row of `runs` with its metric history."""
+
+    id: str
+    seq: int
+    state: str
+    params: dict[str, Any]
+    search_info: dict | None = None
+    agent_pid: int | None = None
+    pid: int | None = None
+    run_dir: str | None = None
+    log_path: str | None = None
+    exit_code: int | None = None
+    log_tail: str | None = None
+    summary: dict | None = None
+    stop_requested: bool = False
+    rerun_of: str | None = None
+    superseded: bool = False
+    created_at: float = 0.0
+    started_at: float | None = None
+    ended_at: float | None = None
+    heartbeat_at: float | None = None
+    host: str | None = None  # the machine its agent runs on
+    devices: list[str] | None = None  # CUDA_VISIBLE_DEVICES entries it was given
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def resumable(self) -> bool:
+        """Interrupted (its summary says so) with the checkpoint it saved: rerun, it resumes."""
+        doc = self.summary or {}
+        path = (doc.get("paths") or {}).get("checkpoint")
+        return doc.get("status") == "interrupted" and bool(path) and Path(path).is_file()
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.started_at is None:
+            return None
+        end = self.ended_at if self.ended_at is not None else time.time()
+        return end - self.started_at
+
+
+class Busy:
+    """What `SweepStore.claim` returns while every device the agent may use is taken."""
+
+    def __repr__(self) -> str:
+        return "BUSY"
+
+
+BUSY = Busy()
+
+
+def to_json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)
