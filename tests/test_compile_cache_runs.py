@@ -89,6 +89,7 @@ def test_prewarm_compiles_each_distinct_architecture_once_before_the_trials(tmp_
     starts = [line for line in proc.stdout.splitlines() if line.endswith(" ...")]
     assert [s.split(":")[0] for s in starts] == ["prewarm 1/2", "prewarm 2/2"], proc.stdout
     assert proc.stdout.index("prewarm 2/2") < proc.stdout.index("agent: starting run")
+    assert "TRAINER_CACHE_BUNDLE" not in proc.stdout  # the bundle keeps trials forkable
     prewarmed = [_summary(d) for d in sorted((sweep / "prewarm").iterdir()) if d.is_dir()]
     assert [d["status"] for d in prewarmed] == ["prewarmed", "prewarmed"]
     widths = sorted(d["config"]["model"]["width"] for d in prewarmed)

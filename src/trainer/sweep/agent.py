@@ -145,8 +145,8 @@ class LocalAgent:
             )
             if not self.share:
                 return 128 + (self.signum or signal.SIGTERM)
-            self.launcher = Launcher(
-                {**os.environ, **self.share.env()},
+            self.launcher = Launcher(  # the template's environment is the trials' (bundle too)
+                {**os.environ, **self.share.env(), **cache_env.trial_env(self.layout)},
                 self.share.cores,
                 self.layout.template_log(os.getpid()),
                 command=self.config.get("command"),
