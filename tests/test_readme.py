@@ -213,6 +213,19 @@ COMMANDS: dict[str, Run | NotRun] = {
         "nine whole sweeps, minutes each; test_sweep_engines_benchmark.py checks its sweeps' "
         "commands and its summary"
     ),
+    "python -m benchmarks.compile_cache": NotRun(
+        "cold Inductor compiles of resnet18 in fresh processes, minutes per round; the bundle it "
+        "times: test_compile_cache_runs.py::test_bundle_round_trip_and_an_incompatible_bundle"
+    ),
+    "python -m trainer.cache ls": Run("compile_cache", ""),
+    "python -m trainer.cache ls outputs/sweeps/SWEEP_ID": Run("compile_cache", ""),
+    "python -m trainer.cache export cache.tar.gz --model resnet18": Run("compile_cache", ""),
+    "python -m trainer.cache import cache.tar.gz": Run("compile_cache", ""),
+    "python -m trainer -m sweep=compile_grid hydra.sweeper.prewarm=true": NotRun(
+        "compile_grid compiles mobilenet_v3_small and max-autotune cold: minutes on a CPU; prewarm "
+        "in a real sweep: test_compile_cache_runs.py::"
+        "test_prewarm_compiles_each_distinct_architecture_once_before_the_trials"
+    ),
 }
 
 
@@ -457,6 +470,30 @@ def test_scenario_own_config(shell):
     _all_typed("test_scenario_own_config")
 
 
+def test_scenario_compile_cache(shell, tmp_path):
+    """ls, export by model and import by hand, on a cache that records two workloads, and ls of
+    a sweep's bundle."""
+    import tarfile
+
+    from .test_compile_cache import _recorded_cache
+
+    cache = {"TRAINER_CACHE_DIR": str(_recorded_cache(tmp_path))}
+    proc = _type(shell, "python -m trainer.cache ls", env=cache)
+    assert "(this machine)" in proc.out and "resnet18" in proc.out and "small_cnn" in proc.out
+    _type(shell, "python -m trainer.cache export cache.tar.gz --model resnet18", env=cache)
+    fresh = {"TRAINER_CACHE_DIR": str(tmp_path / "fresh")}
+    proc = _type(shell, "python -m trainer.cache import cache.tar.gz", env=fresh)
+    assert "imported 1 file(s)" in proc.out and (tmp_path / "fresh" / "triton").is_dir()
+    sweep = shell.outputs / "sweeps" / "abc"
+    sweep.mkdir(parents=True)
+    (sweep / "sweep.db").touch()
+    with tarfile.open(shell.cwd / "cache.tar.gz") as archive:
+        archive.extractall(sweep / "compile_cache", filter="data")
+    proc = _type(shell, "python -m trainer.cache ls outputs/sweeps/SWEEP_ID", {"SWEEP_ID": "abc"})
+    assert "resnet18" in proc.out and "small_cnn" not in proc.out
+    _all_typed("test_scenario_compile_cache")
+
+
 # ---- the compile table: each row's claim, on tiny models with eager backends ----------------
 
 
@@ -658,6 +695,36 @@ def _row_cache_dir(c, tmp_path, capsys):
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"].startswith(str(tmp_path / "cache"))
 
 
+def _row_trace(c, tmp_path, capsys):
+    from trainer.run import run
+
+    from .conftest import make_cfg
+
+    small = ("logger=none", "trainer.max_epochs=1", "trainer.max_steps=2")
+    run(make_cfg(*small, "compile.backend=aot_eager", "compile.trace=true"), run_dir=tmp_path)
+    paths = _summary(tmp_path)["paths"]
+    assert list((tmp_path / "compile_trace").glob("*.log")), "torch's trace files"
+    assert paths["compile_trace"] == str(tmp_path / "compile_trace")
+    assert paths["compile_report"] == str(tmp_path / "compile_trace" / "report" / "index.html")
+    assert Path(paths["compile_report"]).is_file()  # tlparse comes with the dev extra
+    assert paths["compile_report"] in capsys.readouterr().out
+    run(make_cfg(*small, "compile.backend=aot_eager"), run_dir=tmp_path / "after")
+    assert not (tmp_path / "after" / "compile_trace").exists()  # the trace ended with its run
+
+
+def _row_warm_only(c, tmp_path, capsys):
+    from trainer.run import run
+
+    from .conftest import make_cfg
+
+    small = ("logger=none", "trainer.max_epochs=1", "compile.backend=aot_eager")
+    assert run(make_cfg(*small, "compile.warm_only=true"), run_dir=tmp_path)["best"] is None
+    doc = _summary(tmp_path)
+    assert doc["status"] == "prewarmed" and doc["steps"] == 1 and doc["compile"]["graphs"] == 2
+    assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "metrics.jsonl").exists()
+    _refused("compile.warm_only=true", "compile.warm_only", also=("compile=off",))
+
+
 def _row_auto(c, tmp_path, capsys):
     from trainer.config import validate
 
@@ -680,6 +747,8 @@ COMPILE_ROWS = {
     "compile.explain": _row_explain,
     "compile.fail_on_recompile_limit": _row_fail_on_recompile_limit,
     "compile.cache_dir": _row_cache_dir,
+    "compile.trace": _row_trace,
+    "compile.warm_only": _row_warm_only,
     "compile.auto": _row_auto,
 }
 

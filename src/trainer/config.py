@@ -148,6 +148,8 @@ class CompileConfig:
     fail_on_recompile_limit: bool = False  # hitting Dynamo's recompile limit is an error
     auto: bool = False  # measure eager vs compiled on a few steps, keep the faster
     auto_steps: int = 5  # compile.auto: timed steps each way (after one warm-up step)
+    trace: bool = False  # write torch's compile trace (+ tlparse report) into the run dir
+    warm_only: bool = False  # compile one training step and evaluation batch into the cache, stop
 
     def __post_init__(self) -> None:
         _check(

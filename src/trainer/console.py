@@ -123,6 +123,11 @@ def _compile_rows(table: Table, summary: RunSummary) -> None:
         table.add_row("  recompile", reason)
     hits = {k: v for k, v in comp.items() if "cache_hit" in k or "cache_miss" in k}
     table.add_row("cache hit / miss", ", ".join(f"{k} {v}" for k, v in hits.items()))
+    cache = comp.get("cache") or {}
+    if cache.get("bundle"):
+        table.add_row("cache bundle", f"{cache['pulled']} file(s) in, {cache['pushed']} added")
+    if cache.get("miss_reason"):
+        table.add_row("cache miss", cache["miss_reason"])
     if comp["cudagraph_skips"]:
         reasons = "; ".join(comp.get("cudagraph_skip_reasons") or [])
         table.add_row(
@@ -177,6 +182,8 @@ def print_summary(summary: RunSummary) -> None:
     rows = [("checkpoint", paths["checkpoint"]), ("summary", paths["summary"])]
     if paths.get("wandb_run_dir"):
         rows.append(("W&B run", paths["wandb_run_dir"]))
+    if paths.get("compile_trace"):
+        rows.append(("compile trace", paths.get("compile_report") or paths["compile_trace"]))
     print_paths(rows)
 
 

@@ -17,8 +17,9 @@ import torch
 from torch import nn
 
 from trainer import distributed
+from trainer.cache.session import CacheSession, close_session
 from trainer.checkpoint import TrainState
-from trainer.compiling import compile_stats
+from trainer.compiling import compile_stats, summary_for_tracker
 from trainer.config import CompileConfig, TrainerConfig
 from trainer.console import ProgressView
 from trainer.data import DataBundle
@@ -60,6 +61,7 @@ class Job:
     tracker: Tracker
     cpu: dict[str, Any] = field(default_factory=dict)  # threads and cores used (cpu_share)
     speed: dict[str, Any] = field(default_factory=dict)  # what speed.py and optim applied
+    cache: CacheSession | None = None  # the compile-cache session (trainer.cache.session)
     timing: Timing = field(default_factory=Timing)
     started: float = field(default_factory=time.perf_counter)
     loop_started_at: float = field(default_factory=time.time)  # wall clock, for sweep agents
@@ -208,10 +210,22 @@ def stop_after_save(job: Job, signum: int) -> None:
     )
 
 
+def finish(job: Job) -> RunSummary:
+    """A finished run: its summary (the compile cache's additions included), also as the W&B
+    run's summary; the W&B run closed."""
+    summary = summarise(job, "finished")
+    job.tracker.summary(summary.tracker_values(summary_for_tracker(summary.compile)))
+    job.tracker.finish()
+    return summary
+
+
 def summarise(job: Job, status: str) -> RunSummary:
-    """The run's summary; rank 0 writes summary.json."""
+    """The run's summary, after closing the compile-cache session (what this run compiled
+    goes to the bundle first, so the summary can say so); rank 0 writes summary.json."""
     t, p = job.trainer, job.progress
     last = p.history[-1] if p.history else {}
+    stats = compile_stats()
+    cache = None if job.cache is None else close_session(job.cache, stats, job.tracker.wandb_run)
     summary = RunSummary(
         status=status,
         epochs_completed=p.epoch,
@@ -229,8 +243,9 @@ def summarise(job: Job, status: str) -> RunSummary:
         compile={
             **asdict(job.compile_config),
             "enabled": job.compiled,
-            **compile_stats(),
+            **stats,
             "auto": job.auto,
+            "cache": cache,
         },
         device=str(job.device),
         strategy=t.strategy,

@@ -18,16 +18,25 @@ def conf_dir() -> str:
     )
 
 
-def default_output_root() -> Path:
-    """Where runs and sweeps go by default: conf/paths/default.yaml's output_dir over the
-    schema's default (trainer.config.PathsConfig), resolved."""
+def _default_path(name: str) -> Path:
+    """conf/paths/default.yaml's `name` over the schema's default (PathsConfig), resolved."""
     from omegaconf import OmegaConf
 
     from trainer.config import PathsConfig
 
     own = OmegaConf.load(Path(conf_dir()) / "paths" / "default.yaml")
     own.pop("defaults", None)
-    return Path(OmegaConf.merge(OmegaConf.structured(PathsConfig), own).output_dir)
+    return Path(OmegaConf.merge(OmegaConf.structured(PathsConfig), own)[name]).expanduser()
+
+
+def default_output_root() -> Path:
+    """Where runs and sweeps go by default (paths.output_dir: $TRAINER_OUTPUT_DIR, outputs)."""
+    return _default_path("output_dir")
+
+
+def default_cache_root() -> Path:
+    """The compile cache every run shares by default (paths.cache_dir: $TRAINER_CACHE_DIR)."""
+    return _default_path("cache_dir")
 
 
 @dataclass(frozen=True)
@@ -61,6 +70,16 @@ class RunLayout:
     @property
     def metrics(self) -> Path:
         return self.root / "metrics.jsonl"
+
+    @property
+    def compile_trace(self) -> Path:
+        """torch's compile trace (compile.trace=true): TORCH_TRACE's log files."""
+        return self.root / "compile_trace"
+
+    @property
+    def compile_report(self) -> Path:
+        """tlparse's report of the compile trace (its index.html)."""
+        return self.compile_trace / "report" / "index.html"
 
 
 @dataclass(frozen=True)
@@ -116,6 +135,17 @@ class SweepLayout:
         """The messages of a scheduler-driven sweep's optimizer (optuna, ax), every holder's."""
         return self.root / "logs" / "optimizer.log"
 
+    def compile_cache(self) -> Path:
+        """The sweep's compile-cache bundle (trainer.cache.bundle, laid out by BundleLayout)."""
+        return self.root / "compile_cache"
+
+    def prewarm(self, workload_id: str) -> RunLayout:
+        """The run directory of hydra.sweeper.prewarm's compile of one workload."""
+        return RunLayout(self.root / "prewarm" / workload_id)
+
+    def prewarm_log(self, workload_id: str) -> Path:
+        return self.root / "prewarm" / f"{workload_id}.log"
+
     def run(self, run_id: str) -> RunLayout:
         return RunLayout(self.root / "runs" / run_id)
 
@@ -131,6 +161,39 @@ class SweepLayout:
 
     def exists(self) -> bool:
         return self.db.is_file()
+
+
+@dataclass(frozen=True)
+class BundleLayout:
+    """A compile-cache bundle: one part per machine key (`key.json`), holding the cache files
+    (as under a cache dir: inductor/, triton/) and one record per workload that added files.
+    `in_cache`: a cache dir's own records (<cache>/bundle/<key>/), its files at the cache root."""
+
+    root: Path
+    in_cache: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    @property
+    def parts_dir(self) -> Path:
+        return self.root / "bundle" if self.in_cache else self.root
+
+    def part(self, key_id: str) -> Path:
+        return self.parts_dir / key_id
+
+    def key_file(self, key_id: str) -> Path:
+        return self.part(key_id) / "key.json"
+
+    def records(self, key_id: str) -> Path:
+        return self.part(key_id) / "records"
+
+    def record(self, key_id: str, name: str) -> Path:
+        return self.records(key_id) / f"{name}.json"
+
+    def files(self, key_id: str) -> Path:
+        """Where the part's cache files live (a cache dir's own: the cache root)."""
+        return self.root if self.in_cache else self.part(key_id) / "files"
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

@@ -15,17 +15,19 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from trainer import compiling, devices, distributed, speed, threads
+from trainer.cache.session import open_session
+from trainer.cache.warm import warm_only
 from trainer.checkpoint import TrainState
 from trainer.compiling.auto import StepRecipe, maybe_decide, planned_steps
 from trainer.config import ConfigError, TrainConfig, TrainerConfig, flatten, validate
 from trainer.console import print_summary
 from trainer.data import DataBundle, DataPlan, build_data, plan_data
 from trainer.ema import maybe_average
-from trainer.fit import Interrupted, Job, fit, summarise
+from trainer.fit import Interrupted, Job, finish, fit
 from trainer.layout import RunLayout
 from trainer.loop import Progress
 from trainer.models import build_model, input_spec
-from trainer.optim import build_optimizer, build_scheduler, kernel_name
+from trainer.optim import build_optimizer, build_scheduler
 from trainer.summary import RunSummary
 from trainer.tracking import Tracker, start_tracker
 
@@ -46,7 +48,7 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
     device = ctx.device or devices.resolve_device(t.device)
     dtype = devices.resolve_precision(t.precision, device)
     flags = speed.apply_backend_flags(tf32=t.tf32, cudnn_benchmark=t.cudnn_benchmark, device=device)
-    compiling.configure_cache(conf.compile)  # before anything compiles
+    cache = open_session(conf, layout, device, is_main=ctx.is_main)  # before anything compiles
     compiling.reset()
     seed_everything(t.seed)
 
@@ -56,6 +58,8 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
     if resumed is not None and resumed.done:
         return resumed.already_done(state.progress)
     compiled, auto = compile_model(conf, state, data, device, dtype, ctx)
+    if conf.compile.warm_only:  # compile into the cache and the bundle, train nothing
+        return warm_only(conf, state, data, cache, device=device, dtype=dtype)
     train_model = distributed.wrap(state.model, ctx)  # compiled in place, then wrapped
 
     tracker = open_tracker(conf, state.config, cfg, layout, ctx.is_main, resumed)
@@ -73,13 +77,12 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
         layout=layout,
         tracker=tracker,
         cpu=threads.record(cpu),
-        speed=speed_record(flags, data, state),
+        speed=speed.record(flags, data.train.transform, state.optimizer),
+        cache=cache,
     )
     try:
         fit(job)
-        summary = summarise(job, "finished")
-        tracker.summary(summary.tracker_values(compiling.summary_for_tracker(summary.compile)))
-        tracker.finish()
+        summary = finish(job)
     except BaseException as err:
         tracker.finish(exit_code=1)
         compiling.raise_if_limit_error(err)
@@ -87,6 +90,25 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
     if ctx.is_main:
         print_summary(summary)
     return {**summary.metrics, "best": summary.best_value}
+
+
+def maybe_auto(
+    conf: TrainConfig,
+    state: TrainState,
+    data: DataBundle,
+    device: torch.device,
+    dtype: torch.dtype | None,
+    ctx: distributed.Dist,
+) -> dict[str, Any] | None:
+    """compile=auto's measurement and decision (rank 0's, for every rank), or None."""
+    t = conf.trainer
+    recipe = StepRecipe(device, precision=t.precision, dtype=dtype, grad_clip=t.grad_clip)
+    planned = planned_steps(t, per_epoch=len(data.train), done=state.progress.step)
+    make_optimizer = functools.partial(build_optimizer, conf.optimizer)
+    auto = maybe_decide(
+        state.model, make_optimizer, data.train, cfg=conf.compile, recipe=recipe, planned=planned
+    )
+    return distributed.broadcast(ctx, auto)  # every rank follows rank 0's measurement
 
 
 def seed_everything(seed: int) -> None:
@@ -159,15 +181,6 @@ def compile_model(conf, state, data, device, dtype, ctx) -> tuple[bool, dict[str
         state.model, state.optimizer, conf.compile, device=device, loader=sample, auto=auto
     )
     return compiled, auto
-
-
-def speed_record(flags: dict[str, Any], data: DataBundle, state: TrainState) -> dict[str, Any]:
-    """The `speed` section of summary.json: what this run applied."""
-    return {
-        **flags,
-        "channels_last": data.train.transform.memory_format == torch.channels_last,
-        "optimizer_kernel": kernel_name(state.optimizer),
-    }
 
 
 def resolved_config(conf: TrainConfig) -> dict[str, Any]:

@@ -51,3 +51,15 @@ def maybe_channels_last(model: nn.Module, setting: Any, device: torch.device) ->
     if use:
         model.to(memory_format=torch.channels_last)
     return use
+
+
+def record(flags: dict[str, Any], transform: Any, optimizer: torch.optim.Optimizer) -> dict:
+    """The `speed` section of summary.json: the backend flags, whether training batches are
+    channels-last (`transform`: the training BatchTransform), and the optimizer's kernel."""
+    from trainer.optim import kernel_name
+
+    return {
+        **flags,
+        "channels_last": transform.memory_format == torch.channels_last,
+        "optimizer_kernel": kernel_name(optimizer),
+    }

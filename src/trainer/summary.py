@@ -25,6 +25,8 @@ def run_paths(layout: RunLayout, *, wandb_run_dir: str | None, wandb_run_id: str
         "metrics": str(layout.metrics),
         "wandb_run_dir": wandb_run_dir,
         "wandb_run_id": wandb_run_id,
+        "compile_trace": str(layout.compile_trace) if layout.compile_trace.is_dir() else None,
+        "compile_report": str(layout.compile_report) if layout.compile_report.is_file() else None,
     }
 
 

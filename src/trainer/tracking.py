@@ -72,6 +72,11 @@ class Tracker:
         return None if self._run is None else str(Path(self._run.dir).parent)
 
     @property
+    def wandb_run(self) -> Any:
+        """The W&B run object (None when tracking is off): compile-cache artifacts go through it."""
+        return self._run
+
+    @property
     def run_id(self) -> str | None:
         return None if self._run is None else self._run.id
 

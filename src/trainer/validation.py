@@ -42,6 +42,12 @@ def check_environment(conf: TrainConfig) -> None:
             "many times slower than fp32 (about 60x on a small ResNet). Use trainer.precision=32, "
             "or trainer.precision=bf16-mixed on a CPU with bfloat16 support."
         )
+    if conf.compile.warm_only and (conf.compile.disable or t.strategy == "ddp"):
+        raise ConfigError(
+            "compile.warm_only=true compiles a single-process run's graphs into the cache; "
+            "drop compile=off (or compile.disable=true) and trainer.strategy=ddp, or drop "
+            "compile.warm_only."
+        )
     if not conf.compile.disable:
         compiling.check_config(conf.compile)
         compiling.check_hardware(conf.compile, device, warn=False)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from trainer.layout import SweepLayout, conf_dir, default_output_root
 from trainer.sweep import gpu_slots
 from trainer.sweep.command import config_arguments, fixed_overrides
 from trainer.sweep.directory import write_sweep_yaml
+from trainer.sweep.outcome import agent_failure
 from trainer.sweep.scheduler_checks import check as scheduler_check
 from trainer.sweep.scheduler_checks import definition_dirs, resolve_source
 from trainer.sweep.translate import TranslationError, build_sweep_config, run_count
@@ -113,14 +113,18 @@ def _first_values(sweep_config: dict[str, Any]) -> dict[str, Any]:
 
 
 def trial_config(
-    sweep_config: dict[str, Any], config: DictConfig, hydra_context: HydraContext
+    sweep_config: dict[str, Any],
+    config: DictConfig,
+    hydra_context: HydraContext,
+    values: dict[str, Any] | None = None,
 ) -> DictConfig:
-    """The first trial's config, composed as a trial composes it: the sweeper's config source
-    (the user's config dir included), its config name, the fixed overrides of `command`, each
-    config group swept over listed options set to its first option; then each plain key swept
-    over listed values set to its first value (keys drawn from distributions keep their value)."""
+    """The first trial's config (or the trial's with these parameter `values`), composed as a
+    trial composes it: the sweeper's config source (the user's config dir included), its config
+    name, the fixed overrides of `command`, each config group swept over listed options set to
+    its first option; then each plain key swept over listed values set to its first value (keys
+    drawn from distributions keep their value)."""
     groups = config_groups(config, hydra_context)
-    first = _first_values(sweep_config)
+    first = _first_values(sweep_config) if values is None else values
     overrides = [a for a in fixed_overrides(sweep_config) if not a.startswith("--")]
     overrides += [
         f"{key}={value}" for key, value in first.items() if str(value) in groups.get(key, ())
@@ -195,40 +199,6 @@ def dry_run(sweep_config: dict[str, Any], directory: Path) -> None:
     print(f"# runs: {run_count(sweep_config)}")
 
 
-# An agent stopped by SIGINT/SIGTERM exits 128 + signal, its trial saved with a checkpoint.
-INTERRUPT_CODES = (128 + signal.SIGINT, 128 + signal.SIGTERM)
-
-
-class SweepInterrupted(TrainerError):
-    """Ctrl-C (SIGINT) or SIGTERM stopped the sweep's agents; exit 128 + signal, message as is."""
-
-    prefix = ""
-
-
-def agent_failure(result: dict[str, Any]) -> TrainerError | None:
-    """The error for a sweep whose agents were interrupted, gave up or failed; None when all
-    exited 0."""
-    codes = result.get("agent_exit_codes") or []
-    failed = [code for code in codes if code != 0]
-    if not failed:
-        return None
-    sweep_id = result.get("sweep_id")
-    if all(code in INTERRUPT_CODES for code in failed):
-        return SweepInterrupted(
-            f"sweep {sweep_id} interrupted ({signal.Signals(failed[0] - 128).name}); each "
-            "running trial saved its checkpoint. Resume with the same command plus "
-            f"hydra.sweeper.sweep_id={sweep_id} hydra.sweeper.rerun_crashed=true "
-            "(an interrupted trial continues from its last.pt, same run and W&B run).",
-            exit_code=failed[0],
-        )
-    return TrainerError(
-        f"{len(failed)} of {len(codes)} agent(s) of sweep {sweep_id} gave up or "
-        f"failed (exit codes {codes}); their message above names the failed runs and logs. "
-        f"Fix the cause and resume with hydra.sweeper.sweep_id={sweep_id}.",
-        exit_code=1,
-    )
-
-
 def _run_server(options: dict[str, Any], config: DictConfig, root: Path) -> dict[str, Any]:
     from trainer.sweep.backend_wandb import ServerUnavailable, run_server_sweep
 
@@ -245,9 +215,22 @@ def _run_server(options: dict[str, Any], config: DictConfig, root: Path) -> dict
             directory=user_sweep_dir(config),
             cpus_per_trial=options["cpus_per_trial"],
             devices=options["device_plan"],
+            before_agents=options.get("before_agents"),
         )
     except ServerUnavailable as err:  # nothing was started, but the sweep could not run
         raise TrainerError(str(err), exit_code=1) from err
+
+
+def prewarm_hook(options: dict[str, Any], config: DictConfig, hydra_context: HydraContext):
+    """hydra.sweeper.prewarm: the sweep's distinct workloads, found now (composed as trials
+    compose them), compiled by the backend before its agents start; None when off."""
+    if not options["prewarm"]:
+        return None
+    from trainer.cache.prewarm import before_agents
+
+    sweep = options["sweep_config"]
+    compose = lambda values: trial_config(sweep, config, hydra_context, values)  # noqa: E731
+    return before_agents(options, compose, config.get("logger") or {})
 
 
 def _run_local(options: dict[str, Any], config: DictConfig, root: Path) -> dict[str, Any]:
@@ -264,6 +247,7 @@ def _run_local(options: dict[str, Any], config: DictConfig, root: Path) -> dict[
         max_consecutive_failures=options["max_consecutive_failures"],
         cpus_per_trial=options["cpus_per_trial"],
         devices=options["device_plan"],
+        before_agents=options.get("before_agents"),
     )
 
 
@@ -279,6 +263,7 @@ def sweep(
     if options["dry_run"]:
         return dry_run(options["sweep_config"], Path(config.hydra.sweep.dir).resolve())
     root = Path(OmegaConf.select(config, "paths.output_dir") or default_output_root())
+    options["before_agents"] = prewarm_hook(options, config, hydra_context)
     backend = _run_server if options["backend"] == "wandb" else _run_local
     result = backend(options, config, root)
     failure = agent_failure(result)

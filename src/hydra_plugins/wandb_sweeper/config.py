@@ -58,6 +58,7 @@ class WandbSweeperConf:
     devices: Any = "auto"
     trials_per_device: int = 1  # trials packed on one GPU (free memory checked before packing)
     gpus_per_trial: int = 1  # GPUs per trial; above 1 a trial is torchrun + trainer.strategy=ddp
+    prewarm: bool = False  # compile each distinct workload (model, input, compile) once, first
 
 
 ConfigStore.instance().store(

@@ -122,8 +122,8 @@ def summary_for_tracker(section: dict[str, Any]) -> dict[str, Any]:
     """The summary's `compile` section as flat W&B summary keys (`compile/graphs`, ...)."""
     flat: dict[str, Any] = {}
     for key, value in section.items():
-        if key == "auto" and isinstance(value, dict):
-            flat.update({f"compile/auto/{k}": v for k, v in value.items()})
+        if key in ("auto", "cache") and isinstance(value, dict):
+            flat.update({f"compile/{key}/{k}": v for k, v in value.items()})
         elif key == "graph_break_reasons":
             flat["compile/graph_break_reasons"] = [f"{n}x {r}" for r, n in value.items()]
         elif value is not None and not isinstance(value, dict):

@@ -31,6 +31,8 @@ PRIVATE_NAMES = (
     ("torch._dynamo.eval_frame", "OptimizedModule"),
     ("torch._inductor.utils", "fresh_cache"),
     ("torch._inductor.utils", "clear_caches"),
+    ("torch._logging._internal", "LOG_TRACE_HANDLER"),
+    ("torch._logging._internal", "trace_log"),
 )
 
 
@@ -108,6 +110,22 @@ def clear_inductor_memory_caches() -> None:
     from torch._inductor.utils import clear_caches
 
     clear_caches()
+
+
+def set_trace_dir(directory: str | None) -> None:
+    """Send torch's structured compile trace (what TORCH_TRACE names) to `directory`, or stop
+    it (None), in a process that imported torch already: TORCH_TRACE is read only at import."""
+    from torch._logging import _internal
+
+    handler, trace_log = _internal.LOG_TRACE_HANDLER, _internal.trace_log
+    if handler is None:
+        raise RuntimeError("torch's trace handler is not set up; compile.trace cannot work")
+    handler.close()  # ends the previous trace file; the next event opens one in root_dir
+    handler.root_dir = directory
+    if directory is None:
+        trace_log.removeHandler(handler)
+    elif handler not in trace_log.handlers:  # it removes itself when it has no folder
+        trace_log.addHandler(handler)
 
 
 def is_graph_break_error(err: BaseException) -> bool:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer import cpu_share
+from trainer.cache import env as cache_env
 from trainer.errors import TrainerError
 from trainer.layout import SweepLayout
 from trainer.sweep import cpu_slots, engines, gpu_slots
@@ -131,8 +132,8 @@ class LocalAgent:
             )
             if not self.share:
                 return 128 + (self.signum or signal.SIGTERM)
-            self.launcher = Launcher(
-                {**os.environ, **self.share.env()},
+            self.launcher = Launcher(  # the template's environment is the trials' (bundle too)
+                {**os.environ, **self.share.env(), **cache_env.trial_env(self.layout)},
                 self.share.cores,
                 self.layout.template_log(os.getpid()),
                 command=self.config.get("command"),
@@ -206,6 +207,7 @@ class LocalAgent:
             **trial_env(self.sweep_id, run.id, run.params, params_path, run_dir),
             **self.share.env(),
             **gpu_slots.trial_env(run.devices),
+            **cache_env.trial_env(self.layout),  # the sweep's compile-cache bundle
         }
         verb = "resuming" if resume else "starting"
         where = f" on GPU {','.join(run.devices)}" if run.devices else ""

@@ -5,10 +5,10 @@ results.json, best.yaml)."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from trainer import cpu_share
@@ -24,10 +24,8 @@ from trainer.sweep.directory import (
     write_sweep_yaml,
 )
 from trainer.sweep.gpu_slots import DevicePlan
+from trainer.sweep.outcome import INTERRUPT_CODES
 from trainer.sweep.store import SweepStore
-
-# An agent stopped by SIGINT/SIGTERM exits 128 + signal (its trial saved a checkpoint).
-INTERRUPT_CODES = (128 + signal.SIGINT, 128 + signal.SIGTERM)
 
 
 def _agent_argv(
@@ -101,11 +99,13 @@ def run_sweep(
     max_consecutive_failures: int = 5,
     cpus_per_trial: int | None = None,
     devices: DevicePlan | None = None,
+    before_agents: Callable[[SweepLayout], None] | None = None,
 ) -> dict:
     """Create (sweep_id None) or reopen (sweep_id given) the local sweep in `directory` (the
     user's hydra.sweep.dir) or <root>/sweeps/<sweep_id>/, run `agents` local agent processes
     (each at most `count` trials; trials get GPUs from `devices`) until the sweep ends, print
-    the leaderboard, write results.json and best.yaml, and return the results dict."""
+    the leaderboard, write results.json and best.yaml, and return the results dict.
+    `before_agents(layout)` runs first (hydra.sweeper.prewarm)."""
     root = Path(root).resolve()
     directory = Path(directory).resolve() if directory is not None else None
     if sweep_id is None:
@@ -117,6 +117,8 @@ def run_sweep(
         store.set("devices", devices.to_dict())
     hint = join_command(sweep_id, root, layout.root)
     print(f"sweep {sweep_id}: join from another terminal with {hint}", flush=True)
+    if before_agents is not None:
+        before_agents(layout)
     argv = _agent_argv(layout, count, rerun_crashed, max_consecutive_failures)
     env = {**os.environ, "TRAINER_OUTPUT_DIR": str(root)}
     n = max(agents, 1)  # agent i of n takes slot i of the CPUs (trainer.sweep.cpu_slots)

@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -151,6 +151,33 @@ def _start_agents(
     return processes
 
 
+def _announce(sweep_id: str, path: str, slots: list[list[str]]) -> None:
+    """The lines other machines run: `wandb agent`, and one per GPU slot of this machine."""
+    print(f"sweep {sweep_id} on {base_url()}; run agents anywhere with:\n  wandb agent {path}")
+    if slots:  # one agent per device slot, as this command starts them here
+        print("one per GPU slot of a machine like this one:")
+        for slot in slots:
+            print(f"  {gpu_slots.ENV}={','.join(slot)} wandb agent {path}")
+
+
+def _maybe_scheduler(
+    config: dict[str, Any], path: str, agents: int, created: bool, env: dict[str, str]
+) -> subprocess.Popen | None:
+    """`wandb sweep-scheduler` beside the agents, for a sweep with a `scheduler:` block that
+    this command created and runs agents for (its line printed for the record)."""
+    if config.get("scheduler") is None:
+        return None
+    from trainer.sweep.scheduler_engines import scheduler_command
+
+    command = scheduler_command(path, max(agents, 1))
+    print(
+        "its runs come from W&B's sweep scheduler, on one machine only (the command that "
+        f"creates the sweep with agents starts it):\n  {' '.join(command[2:])}",
+        flush=True,
+    )
+    return subprocess.Popen(command, env=env) if agents > 0 and created else None
+
+
 def run_server_sweep(
     config: dict[str, Any],
     *,
@@ -163,42 +190,32 @@ def run_server_sweep(
     directory: Path | None = None,
     cpus_per_trial: int | None = None,
     devices: DevicePlan | None = None,
+    before_agents: Callable[[SweepLayout], None] | None = None,
 ) -> dict[str, Any]:
     """Create the sweep (or join `sweep_id`), print the agent line, run `agents` agents (None:
     one per device slot), each on its slot's GPUs, and wait. A new sweep's sweep.yaml goes into
-    `directory` (hydra.sweep.dir) or <root>/sweeps/<id>/."""
+    `directory` (hydra.sweep.dir) or <root>/sweeps/<id>/; `before_agents(layout)` runs before
+    any agent starts (hydra.sweeper.prewarm)."""
     preflight()
     import wandb
 
     created = sweep_id is None  # its creator runs the sweep's scheduler, joiners do not
     if created:
         sweep_id = wandb.sweep(config, project=project, entity=entity)
-        layout = SweepLayout(directory) if directory else SweepLayout.under(root, sweep_id)
+    layout = SweepLayout(directory) if directory else SweepLayout.under(root, sweep_id)
+    if created:
         write_sweep_yaml(config, layout.yaml)
     entity = entity or wandb.Api().default_entity
     path = f"{entity}/{project}/{sweep_id}"
     slots = gpu_slots.fixed_slots(devices)
-    print(f"sweep {sweep_id} on {base_url()}; run agents anywhere with:\n  wandb agent {path}")
-    if slots:  # one agent per device slot, as this command starts them here
-        print("one per GPU slot of a machine like this one:")
-        for slot in slots:
-            print(f"  {gpu_slots.ENV}={','.join(slot)} wandb agent {path}")
+    _announce(sweep_id, path, slots)
     agents = gpu_slots.agent_count(agents, devices)
+    if before_agents is not None:  # hydra.sweeper.prewarm: artifacts before any agent
+        before_agents(layout)
     # Trials must report to the server (metrics feed bayes and hyperband): online, whatever
     # logger.mode says (the environment wins over it).
     env = {**os.environ, "WANDB_MODE": "online"}
-    scheduler = None
-    if config.get("scheduler") is not None:  # the search runs here, W&B's scheduler client
-        from trainer.sweep.scheduler_engines import scheduler_command
-
-        command = scheduler_command(path, max(agents, 1))
-        print(
-            "its runs come from W&B's sweep scheduler, on one machine only (the command that "
-            f"creates the sweep with agents starts it):\n  {' '.join(command[2:])}",
-            flush=True,
-        )
-        if agents > 0 and created:
-            scheduler = subprocess.Popen(command, env=env)
+    scheduler = _maybe_scheduler(config, path, agents, created, env)
     codes = [p.wait() for p in _start_agents(path, count, agents, env, cpus_per_trial, slots)]
     result = {"sweep_id": sweep_id, "backend": "wandb", "path": path, "agent_exit_codes": codes}
     if scheduler is not None:
