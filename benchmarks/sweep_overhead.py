@@ -19,6 +19,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 import torch
 
@@ -56,18 +57,10 @@ def sweep(args: argparse.Namespace, mode: str) -> tuple[list[dict], float]:
     with tempfile.TemporaryDirectory() as tmp:
         # A fresh cache (the first trial is cold) and the mode, for the agents this starts.
         env = {"TRAINER_CACHE_DIR": str(Path(tmp) / "cache"), ENV_SWITCH: MODES[mode]}
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
+        with mock.patch.dict(os.environ, env):  # restored after, for whoever calls main()
             started = time.perf_counter()
             res = run_sweep(_config(args), root=Path(tmp) / "outputs", agents=1)
             wall = time.perf_counter() - started
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
         store = SweepStore(Path(tmp) / "outputs" / "sweeps" / res["sweep_id"] / "sweep.db")
         rows = []
         for i, run in enumerate(sorted(store.runs(), key=lambda r: r.seq), start=1):

@@ -44,8 +44,13 @@ def cfg_factory():
 @pytest.fixture(autouse=True)
 def _isolated_outputs(tmp_path, monkeypatch):
     monkeypatch.setenv("TRAINER_OUTPUT_DIR", str(tmp_path / "outputs"))
-    # wandb keeps a global run; make sure no test leaks one into the next.
+    # An in-process run sizes its children's thread pools through the environment
+    # (OMP_NUM_THREADS, ...): restore it, so no test's setting reaches another's subprocesses.
+    saved = dict(os.environ)
     yield
+    os.environ.clear()
+    os.environ.update(saved)
+    # wandb keeps a global run; make sure no test leaks one into the next.
     if "wandb" in sys.modules:
         import wandb
 

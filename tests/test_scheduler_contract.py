@@ -32,6 +32,7 @@ USED = [
     ("wandb.sdk.sweeps.scheduler.optuna", "load_trial_constructor", ["source", "name"]),
     ("wandb.sdk.sweeps.scheduler.client", "load_optimizer_config", ["source", "name", "optimizer_class", "sweep"]),
     ("wandb.sdk.sweeps.scheduler.client", "load_source_object", ["source", "name"]),
+    ("wandb", "termwarn", ["string", "newline", "repeat", "prefix"]),  # how its mapping notes
 ]  # fmt: skip
 
 

@@ -135,6 +135,7 @@ class SweepLayout:
         """The messages of a scheduler-driven sweep's optimizer (optuna, ax), every holder's."""
         return self.root / "logs" / "optimizer.log"
 
+    @property
     def compile_cache(self) -> Path:
         """The sweep's compile-cache bundle (trainer.cache.bundle, laid out by BundleLayout)."""
         return self.root / "compile_cache"

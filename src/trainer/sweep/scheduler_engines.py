@@ -13,6 +13,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from unittest import mock
 
 from trainer.errors import TrainerError
 from trainer.sweep.scheduler_block import LIBRARY, OPTIMIZER_ENGINES, engine_of, missing_engine
@@ -44,8 +45,17 @@ class TrialView:
 @contextlib.contextmanager
 def quiet(log: logging.Logger) -> Iterator[None]:
     """Warnings and W&B's terminal notes raised inside the library go to `log`, not the terminal."""
+    import wandb
+
+    def note(string: str = "", *args: Any, **kwargs: Any) -> None:  # wandb.termwarn's shape
+        log.warning("%s", string)  # whether or not wandb is silent (WANDB_SILENT, a run's)
+
     buffer = io.StringIO()
-    with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stderr(buffer):
+    with (
+        warnings.catch_warnings(record=True) as caught,
+        contextlib.redirect_stderr(buffer),
+        mock.patch.object(wandb, "termwarn", note),
+    ):
         warnings.simplefilter("always")
         try:
             yield
