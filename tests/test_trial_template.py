@@ -181,6 +181,14 @@ def test_a_torchrun_sweep_starts_no_template(tmp_path, capsys):
     plain.close()
 
 
+def test_a_sweep_that_never_compiles_skips_the_compiler_import():
+    from trainer.sweep.command import template
+    from trainer.sweep.launch import compiles
+
+    assert compiles(template(["model=small_cnn"])) and compiles(None)
+    assert not compiles(template(["compile=off", "logger=none"]))
+
+
 def test_the_switch_turns_the_template_off(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv(ENV_SWITCH, "0")
     launcher = Launcher(dict(os.environ), (), tmp_path / "template.log")

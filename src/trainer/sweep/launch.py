@@ -17,7 +17,7 @@ from typing import IO, Protocol
 
 from trainer import cpu_share
 from trainer.sweep.processes import pid_alive
-from trainer.sweep.trial_template import receive, send
+from trainer.sweep.trial_template import receive, receive_nowait, send
 
 ENV_SWITCH = "TRAINER_TRIAL_TEMPLATE"  # 0: every trial starts as a plain process
 READY_TIMEOUT_S = 300.0  # imports on a loaded machine; after that, trials start as processes
@@ -82,6 +82,12 @@ def forkable(command: list[str], modules: tuple[str, ...] = MODULES) -> bool:
     )
 
 
+def compiles(command: list[str] | None) -> bool:
+    """Whether a sweep's trials may compile: not when its fixed overrides say `compile=off` (a
+    trial that compiles anyway, through a swept compile.disable, imports the compiler itself)."""
+    return "compile=off" not in [str(c) for c in command or ()]
+
+
 def _env_difference(
     template_env: dict[str, str], env: dict[str, str], set_by_imports: dict[str, str]
 ) -> list[str]:
@@ -108,6 +114,7 @@ class TrialTemplate:
         cores: tuple[int, ...],
         log_path: Path,
         modules: tuple[str, ...] = MODULES,
+        compiler: bool = True,
     ) -> None:
         self.env = dict(env)
         self.modules = modules
@@ -118,7 +125,13 @@ class TrialTemplate:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "a") as log, cpu_share.inherited_affinity(cores):
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "trainer.sweep.trial_template", str(theirs.fileno())],
+                [
+                    sys.executable,
+                    "-m",
+                    "trainer.sweep.trial_template",
+                    str(theirs.fileno()),
+                    *([] if compiler else ["--no-compiler"]),
+                ],
                 env=self.env,
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
@@ -227,14 +240,6 @@ class TrialTemplate:
             self.process.wait()
 
 
-def receive_nowait(sock: socket.socket) -> tuple[dict | None, list[int]]:
-    sock.setblocking(False)
-    try:
-        return receive(sock)
-    finally:
-        sock.setblocking(True)
-
-
 class Launcher:
     """Starts an agent's trials: from its template while that works, else as processes (the
     agent says so once, with the reason)."""
@@ -259,7 +264,7 @@ class Launcher:
         if reason:
             self._notice(reason)
         else:
-            self.template = TrialTemplate(env, cores, log_path, modules)
+            self.template = TrialTemplate(env, cores, log_path, modules, compiles(command))
 
     def _notice(self, reason: str) -> None:
         if not self.noticed:

@@ -2,7 +2,7 @@
 Hydra, W&B, the project) and never touched CUDA. Each trial an agent asks for is a fork of it that
 becomes `python -m trainer <args>`: its own PID, session, environment, log, signals and exit code.
 
-    python -m trainer.sweep.trial_template FD     (started by trainer.sweep.launch, never by hand)
+    python -m trainer.sweep.trial_template FD [--no-compiler]   (started by trainer.sweep.launch)
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 # What a trial imports before its first step, in import order; none of them touches CUDA or
 # starts a thread that a fork would lose while it holds a lock (torch and OpenBLAS re-create
-# their pools in a child). Inductor's compiler too: a compiled trial would import it.
+# their pools in a child). Inductor's compiler too, unless the sweep never compiles.
 PREIMPORT = (
     "torch",
     "torchvision",
@@ -32,9 +32,8 @@ PREIMPORT = (
     "trainer.run",
     "sklearn.datasets",
     "wandb",
-    "torch._dynamo",
-    "torch._inductor.compile_fx",
 )
+COMPILER = ("torch._dynamo", "torch._inductor.compile_fx")  # unless no trial compiles
 REAP_S = 0.05  # how often ended trials are reaped and reported
 MAX_MESSAGE = 1 << 20  # bytes of one request (argv and environment as JSON)
 
@@ -69,6 +68,15 @@ def receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
             os.close(fd)
         return None, []
     return json.loads(data), list(fds)
+
+
+def receive_nowait(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
+    """`receive`, raising BlockingIOError when no message is waiting."""
+    sock.setblocking(False)
+    try:
+        return receive(sock)
+    finally:
+        sock.setblocking(True)
 
 
 def _reap(children: set[int], sock: socket.socket) -> None:
@@ -141,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the agent decides when the template ends
     before = dict(os.environ)
     try:
-        for name in PREIMPORT:
+        for name in (*PREIMPORT, *(() if "--no-compiler" in argv else COMPILER)):
             importlib.import_module(name)
     except Exception as err:  # reported to the agent, which then starts trials as processes
         send(sock, {"error": f"importing {name} failed: {type(err).__name__}: {err}"})
@@ -151,8 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     set_by_imports = {k: v for k, v in os.environ.items() if before.get(k) != v}
     send(sock, {"ready": os.getpid(), "python": sys.executable, "set_by_imports": set_by_imports})
     request = serve(sock)
-    if request is None:
-        return 0
+    if request is None:  # nothing to write or close: skip the teardown of a torch process
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     become_trial(request, sock, set_by_imports)
     os._exit(
         run_as_main(request.module)
