@@ -39,7 +39,8 @@ def test_two_concurrent_trials_each_get_half_the_cpus_on_their_own_cores(tmp_pat
         "method": "grid",
         "metric": {"name": "val/acc", "goal": "maximize"},
         "parameters": {"trainer.seed": {"values": [0, 1, 2, 3]}},
-        "command": [*TRIAL, *TINY],
+        # a few seconds each, so the agents' first trials overlap however fast trials start
+        "command": [*TRIAL, "trainer.max_epochs=12"],
     }
     res = run_sweep(config, root=tmp_path, agents=2, count=2)  # two trials per agent
     assert [r["state"] for r in res["runs"]] == ["finished"] * 4

@@ -68,8 +68,10 @@ def median(sweep):
         direction="maximize",
         pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0),
     )
-    # two good runs, then a hopeless one, long enough that only a pruner ends it early
-    for lr, epochs in ((0.05, 1), (0.05, 1), (1e-9, 60)):
+    # two good runs, then a hopeless one, long enough that only a pruner ends it early; the
+    # median pruner compares a run's last epoch with the others' same epoch, so the good runs
+    # are long enough (15 epochs, about 3 s) for the optimizer to see the bad one within them
+    for lr, epochs in ((0.05, 15), (0.05, 15), (1e-9, 60)):
         study.enqueue_trial({"optimizer.lr": lr, "trainer.max_epochs": epochs})
     return study
 """
@@ -84,7 +86,7 @@ def test_a_median_pruner_prunes_a_clearly_bad_run_which_keeps_its_checkpoint(tmp
         "scheduler": {"engine": "optuna", "source": str(tmp_path / "studies.py"), "optimizer": "median"},
         "parameters": {
             "optimizer.lr": {"distribution": "log_uniform_values", "min": 1e-10, "max": 0.5},
-            "trainer.max_epochs": {"values": [1, 60]},
+            "trainer.max_epochs": {"values": [15, 60]},
         },
         "command": [*TRIAL, "data.batch_size=128"],
     }  # fmt: skip
