@@ -93,9 +93,9 @@ def table(rows: list[dict], args: argparse.Namespace) -> str:
         f"# Regional compile vs whole model ({args.device}, Inductor, batch {args.batch_size}, "
         "32x32 images)",
         "",
-        "Each variant in a fresh process with an empty Inductor cache. Measured once on a shared "
-        "machine (other jobs ran on its CPUs): compare the variants of one model, not the "
-        "absolute seconds.",
+        f"Each variant in a fresh process with an empty Inductor cache, measured once "
+        f"({os.cpu_count()} CPUs, load average {args.load:.1f} at the start): compare "
+        "the variants of one model; seconds move with the machine's other work.",
         "",
         "| model | target | cold compile, first train step (s) | first eval pass (s) | "
         "steady step (s) | graphs | recompiles | breaks |",
@@ -114,6 +114,7 @@ def table(rows: list[dict], args: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> list[dict]:
     args = parse(argv)
+    args.load = os.getloadavg()[0]  # the machine's other work, as the measurement starts
     if args.one:
         print(json.dumps(one(args, *args.one)))
         return []
