@@ -1,6 +1,8 @@
 """One search, two sweepers: Hydra's Optuna sweeper (trials in-process, one at a time) and ours
 (`hydra/sweeper=wandb`, one agent and one agent per core), alternating, whole-command wall
-time and best metric, eager and compiled. Needs the `[bench]` extra (hydra-optuna-sweeper).
+time and best metric, eager and compiled. Needs Hydra's Optuna sweeper, installed with
+`pip install --no-deps "hydra-optuna-sweeper==1.3.0"` (it pins optuna<3; it runs with the
+project's optuna 5).
 
     python -m benchmarks.sweep_peers --publish           # the full run: writes results/
     python -m benchmarks.sweep_peers --trials 2 --epochs 1 --rounds 1 --compile off   # a check
@@ -155,7 +157,7 @@ def main(argv: list[str] | None = None) -> list[Variant]:
         "--sweepers",
         type=lambda s: s.split(","),
         default=["optuna", "ours"],
-        help="optuna,ours (ours alone needs no [bench] extra)",
+        help="optuna,ours (ours alone needs no Hydra Optuna sweeper)",
     )
     destination.add_arguments(parser)
     args = parser.parse_args(argv)
@@ -164,8 +166,8 @@ def main(argv: list[str] | None = None) -> list[Variant]:
         and importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None
     ):
         raise SystemExit(
-            "error: Hydra's Optuna sweeper is not installed; pip install -e '.[bench]' "
-            "(or pass --sweepers ours)"
+            "error: Hydra's Optuna sweeper is not installed; pip install --no-deps "
+            "hydra-optuna-sweeper==1.3.0 (or pass --sweepers ours)"
         )
     full = all(getattr(args, k) >= v for k, v in FULL.items()) and args.sweepers == [
         "optuna",

@@ -183,7 +183,7 @@ def test_a_torchrun_sweep_starts_no_template(tmp_path, capsys):
 
 def test_a_sweep_that_never_compiles_skips_the_compiler_import():
     from trainer.sweep.command import template
-    from trainer.sweep.launch import compiles
+    from trainer.sweep.forkable import compiles
 
     assert compiles(template(["model=small_cnn"])) and compiles(None)
     assert not compiles(template(["compile=off", "logger=none"]))

@@ -5,9 +5,11 @@ trial template where it can), feeds its per-epoch metrics back, stops runs that 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -51,6 +53,13 @@ def read_summary(path: Path) -> dict | None:
     except (OSError, json.JSONDecodeError) as err:
         print(f"agent: warning: ignoring unreadable summary {path}: {err}", file=sys.stderr)
         return None
+
+
+def _until_exit(trial: Trial, seconds: float) -> None:
+    """Pause up to `seconds`, returning as soon as the trial exits (seen at once, not a poll
+    interval later)."""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        trial.wait(timeout=seconds)
 
 
 def _final_state(
@@ -271,7 +280,7 @@ class LocalAgent:
                 proc.kill()
             if self.signum is not None and sigterm_at is None:
                 sigterm_at = time.monotonic()  # forwarded by _on_signal: SIGKILL after the delay
-            time.sleep(POLL_S)
+            _until_exit(proc, POLL_S)
 
     def _read_metrics(self, run_id: str, path: Path, offset: int, epochs: int) -> tuple[int, int]:
         try:

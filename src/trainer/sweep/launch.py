@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -16,15 +17,12 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from trainer import cpu_share
+from trainer.sweep.forkable import MODULES, compiles, env_difference, forkable, without_env
 from trainer.sweep.processes import pid_alive
 from trainer.sweep.trial_template import receive, receive_nowait, send
 
 ENV_SWITCH = "TRAINER_TRIAL_TEMPLATE"  # 0: every trial starts as a plain process
 READY_TIMEOUT_S = 300.0  # imports on a loaded machine; after that, trials start as processes
-# A trial's environment may differ from its template's only in these (read after the fork).
-PER_TRIAL_PREFIXES = ("WANDB_",)
-PER_TRIAL_KEYS = ("CUDA_VISIBLE_DEVICES",)
-MODULES = ("trainer",)  # what a template forks into: the sweep's entry point
 
 
 class Trial(Protocol):
@@ -34,6 +32,7 @@ class Trial(Protocol):
     returncode: int | None  # None while it runs (as far as the last poll() knows)
 
     def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...  # TimeoutExpired if still running
     def send_signal(self, signum: int) -> None: ...
     def kill(self) -> None: ...
 
@@ -55,6 +54,15 @@ class ForkedTrial:
             self.returncode = -signal.SIGKILL
         return self.returncode
 
+    def wait(self, timeout: float | None = None) -> int:
+        """Its exit code once the template reports it; Popen.wait's TimeoutExpired contract."""
+        deadline = time.monotonic() + (float("inf") if timeout is None else timeout)
+        while (code := self.poll()) is None:
+            if (left := deadline - time.monotonic()) <= 0:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
+            self.template.readable(min(left, 1.0))  # a report (or the template's end) wakes it
+        return code
+
     def send_signal(self, signum: int) -> None:
         if self.returncode is None:
             with contextlib.suppress(ProcessLookupError):  # it has just ended: poll() says how
@@ -62,47 +70,6 @@ class ForkedTrial:
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
-
-
-def _without_env(argv: list[str]) -> list[str]:
-    """The command after W&B's `${env}` (/usr/bin/env) prefix."""
-    return argv[1:] if argv and os.path.basename(argv[0]) == "env" else argv
-
-
-def forkable(command: list[str], modules: tuple[str, ...] = MODULES) -> bool:
-    """Whether a sweep's `command` (macros unexpanded) runs `python -m trainer` on the agent's
-    interpreter, so a template can start its trials."""
-    body = [str(c) for c in command]
-    body = body[1:] if body[:1] == ["${env}"] else body
-    return (
-        len(body) >= 3
-        and body[0] in ("${interpreter}", sys.executable)
-        and body[1] == "-m"
-        and body[2] in modules
-    )
-
-
-def compiles(command: list[str] | None) -> bool:
-    """Whether a sweep's trials may compile: not when its fixed overrides say `compile=off` (a
-    trial that compiles anyway, through a swept compile.disable, imports the compiler itself)."""
-    return "compile=off" not in [str(c) for c in command or ()]
-
-
-def _env_difference(
-    template_env: dict[str, str], env: dict[str, str], set_by_imports: dict[str, str]
-) -> list[str]:
-    """Variables that differ between the template and a trial beyond the per-trial ones, and
-    beyond the defaults the template's imports set (which the agent's own imports may have
-    set too, and which a forked trial gets, as a new process would)."""
-    keys = set(template_env) | set(env)
-    return sorted(
-        k
-        for k in keys
-        if template_env.get(k) != env.get(k)
-        and not k.startswith(PER_TRIAL_PREFIXES)
-        and k not in PER_TRIAL_KEYS
-        and env.get(k, set_by_imports.get(k)) != set_by_imports.get(k, object())
-    )
 
 
 class TrialTemplate:
@@ -169,7 +136,7 @@ class TrialTemplate:
             self.problem = self.problem or f"ended (exit code {code})"
         if self.dead or not self.ready:
             return f"the trial template {self.problem or 'ended'}"
-        body = _without_env(argv)
+        body = without_env(argv)
         if (
             len(body) < 3
             or body[0] != sys.executable
@@ -177,7 +144,7 @@ class TrialTemplate:
             or body[2] not in self.modules
         ):
             return "the sweep's command is not `python -m trainer` on this interpreter"
-        differ = _env_difference(self.env, env, self.set_by_imports)
+        differ = env_difference(self.env, env, self.set_by_imports)
         if differ:
             return f"the trial's environment differs from the agent's in {', '.join(differ)}"
         if os.getcwd() != self.cwd:
@@ -187,7 +154,7 @@ class TrialTemplate:
     def start(self, argv: list[str], env: dict[str, str], log: IO, cores: tuple) -> ForkedTrial:
         """Fork `[env] python -m MODULE args...` (see usable_for) with this environment, its
         output to `log`, on `cores`."""
-        body = _without_env(argv)
+        body = without_env(argv)
         request = {
             "module": body[2],
             "args": body[3:],
@@ -207,6 +174,13 @@ class TrialTemplate:
         trial = ForkedTrial(self, message["started"])
         self.trials[trial.pid] = trial
         return trial
+
+    def readable(self, timeout: float) -> None:
+        """Wait up to `timeout` seconds for a report from the template (pump reads it)."""
+        if self.dead:  # nothing will come: a trial it left is watched through its PID
+            time.sleep(timeout)
+        else:
+            select.select([self._sock], [], [], timeout)
 
     def pump(self) -> None:
         """Read what the template reported (trials that ended) without blocking."""
