@@ -181,12 +181,18 @@ def test_a_torchrun_sweep_starts_no_template(tmp_path, capsys):
     plain.close()
 
 
-def test_a_sweep_that_never_compiles_skips_the_compiler_import():
+def test_a_sweep_that_never_compiles_or_logs_skips_those_imports():
     from trainer.sweep.command import template
-    from trainer.sweep.forkable import compiles
+    from trainer.sweep.forkable import template_flags
+    from trainer.sweep.trial_template import _preimports
 
-    assert compiles(template(["model=small_cnn"])) and compiles(None)
-    assert not compiles(template(["compile=off", "logger=none"]))
+    assert template_flags(template(["model=small_cnn"])) == template_flags(None) == []
+    flags = template_flags(template(["compile=off", "logger=none"]))
+    assert flags == ["--no-compiler", "--no-wandb"]
+    assert "wandb" not in _preimports(flags) and "torch._inductor.compile_fx" not in _preimports(
+        flags
+    )
+    assert {"wandb", "torch._inductor.compile_fx", "trainer.run"} <= set(_preimports([]))
 
 
 def test_the_switch_turns_the_template_off(tmp_path, monkeypatch, capsys):

@@ -30,10 +30,15 @@ def forkable(command: list[str], modules: tuple[str, ...] = MODULES) -> bool:
     )
 
 
-def compiles(command: list[str] | None) -> bool:
-    """Whether a sweep's trials may compile: not when its fixed overrides say `compile=off` (a
-    trial that compiles anyway, through a swept compile.disable, imports the compiler itself)."""
-    return "compile=off" not in [str(c) for c in command or ()]
+def template_flags(command: list[str] | None) -> list[str]:
+    """What the template need not import for a sweep's trials: Inductor's compiler when its
+    fixed overrides say `compile=off`, W&B when they say `logger=none` (a trial that needs one
+    anyway, through a swept key, imports it itself)."""
+    fixed = [str(c) for c in command or ()]
+    return [
+        *(["--no-compiler"] if "compile=off" in fixed else []),
+        *(["--no-wandb"] if "logger=none" in fixed else []),
+    ]
 
 
 def env_difference(

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from trainer import cpu_share
-from trainer.sweep.forkable import MODULES, compiles, env_difference, forkable, without_env
+from trainer.sweep.forkable import MODULES, env_difference, forkable, template_flags, without_env
 from trainer.sweep.processes import pid_alive
 from trainer.sweep.trial_template import receive, receive_nowait, send
 
@@ -81,7 +81,7 @@ class TrialTemplate:
         cores: tuple[int, ...],
         log_path: Path,
         modules: tuple[str, ...] = MODULES,
-        compiler: bool = True,
+        flags: tuple[str, ...] = (),
     ) -> None:
         self.env = dict(env)
         self.modules = modules
@@ -97,7 +97,7 @@ class TrialTemplate:
                     "-m",
                     "trainer.sweep.trial_template",
                     str(theirs.fileno()),
-                    *([] if compiler else ["--no-compiler"]),
+                    *flags,  # imports it may skip (forkable.template_flags)
                 ],
                 env=self.env,
                 pass_fds=(theirs.fileno(),),
@@ -238,7 +238,9 @@ class Launcher:
         if reason:
             self._notice(reason)
         else:
-            self.template = TrialTemplate(env, cores, log_path, modules, compiles(command))
+            self.template = TrialTemplate(
+                env, cores, log_path, modules, tuple(template_flags(command))
+            )
 
     def _notice(self, reason: str) -> None:
         if not self.noticed:

@@ -2,7 +2,7 @@
 Hydra, W&B, the project) and never touched CUDA. Each trial an agent asks for is a fork of it that
 becomes `python -m trainer <args>`: its own PID, session, environment, log, signals and exit code.
 
-    python -m trainer.sweep.trial_template FD [--no-compiler]   (started by trainer.sweep.launch)
+    python -m trainer.sweep.trial_template FD [--no-compiler] [--no-wandb]   (from sweep.launch)
 """
 
 from __future__ import annotations
@@ -143,13 +143,19 @@ def become_trial(
     sys.argv = ["-m", *request.args]  # runpy puts the module's file first, as `-m` does
 
 
+def _preimports(flags: list[str]) -> list[str]:
+    """PREIMPORT and COMPILER, less what the flags say no trial of the sweep needs."""
+    names = [*PREIMPORT, *([] if "--no-compiler" in flags else COMPILER)]
+    return [n for n in names if not (n == "wandb" and "--no-wandb" in flags)]
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     sock = socket.socket(fileno=int(argv[0]))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the agent decides when the template ends
     before = dict(os.environ)
     try:
-        for name in (*PREIMPORT, *(() if "--no-compiler" in argv else COMPILER)):
+        for name in _preimports(argv):
             importlib.import_module(name)
     except Exception as err:  # reported to the agent, which then starts trials as processes
         send(sock, {"error": f"importing {name} failed: {type(err).__name__}: {err}"})
