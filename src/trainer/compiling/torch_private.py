@@ -51,9 +51,11 @@ def inductor_options() -> list[str]:
 
 
 def explain(model: nn.Module) -> Any:
-    """Dynamo's explain wrapper of `model` (call it with the inputs)."""
+    """Dynamo's explain wrapper of `model` (call it with the inputs); it traces like a
+    compile, so the 3.13.0 guard warning is silenced first."""
     import torch._dynamo
 
+    note_python_3130_guards()
     return torch._dynamo.explain(model)
 
 
