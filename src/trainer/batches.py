@@ -4,6 +4,7 @@ there. Both kinds iterate the same (seed, epoch) order, resumable mid-epoch."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import Any
 
@@ -57,21 +58,21 @@ class BatchTransform:
         return x.contiguous(memory_format=self.memory_format)
 
 
-class Batches:
+class Batches(ABC):
     """What the loops iterate: `len()` batches per epoch; `iterate(skip)` starts a resumed epoch
     after the batches it already trained on without producing (or augmenting) them."""
 
     train: bool
     transform: BatchTransform
 
-    def __len__(self) -> int:
-        raise NotImplementedError
+    @abstractmethod
+    def __len__(self) -> int: ...
 
-    def set_epoch(self, epoch: int) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def set_epoch(self, epoch: int) -> None: ...
 
-    def iterate(self, skip: int = 0, *, augment: bool = True) -> Iterator[Batch]:
-        raise NotImplementedError
+    @abstractmethod
+    def iterate(self, skip: int = 0, *, augment: bool = True) -> Iterator[Batch]: ...
 
     def __iter__(self) -> Iterator[Batch]:
         return self.iterate(0)
@@ -82,8 +83,8 @@ class Batches:
         return _Plain(self)
 
     @property
-    def num_samples(self) -> int:
-        raise NotImplementedError
+    @abstractmethod
+    def num_samples(self) -> int: ...
 
 
 class _Plain:
