@@ -92,25 +92,6 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
     return {**summary.metrics, "best": summary.best_value}
 
 
-def maybe_auto(
-    conf: TrainConfig,
-    state: TrainState,
-    data: DataBundle,
-    device: torch.device,
-    dtype: torch.dtype | None,
-    ctx: distributed.Dist,
-) -> dict[str, Any] | None:
-    """compile=auto's measurement and decision (rank 0's, for every rank), or None."""
-    t = conf.trainer
-    recipe = StepRecipe(device, precision=t.precision, dtype=dtype, grad_clip=t.grad_clip)
-    planned = planned_steps(t, per_epoch=len(data.train), done=state.progress.step)
-    make_optimizer = functools.partial(build_optimizer, conf.optimizer)
-    auto = maybe_decide(
-        state.model, make_optimizer, data.train, cfg=conf.compile, recipe=recipe, planned=planned
-    )
-    return distributed.broadcast(ctx, auto)  # every rank follows rank 0's measurement
-
-
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
