@@ -31,8 +31,8 @@ PREIMPORT = (
     "omegaconf",
     "trainer.run",
     "sklearn.datasets",
-    "wandb",
 )
+TRACKER = ("wandb",)  # unless no trial logs to W&B
 COMPILER = ("torch._dynamo", "torch._inductor.compile_fx")  # unless no trial compiles
 REAP_S = 0.05  # how often ended trials are reaped and reported
 MAX_MESSAGE = 1 << 20  # bytes of one request (argv and environment as JSON)
@@ -144,9 +144,12 @@ def become_trial(
 
 
 def _preimports(flags: list[str]) -> list[str]:
-    """PREIMPORT and COMPILER, less what the flags say no trial of the sweep needs."""
-    names = [*PREIMPORT, *([] if "--no-compiler" in flags else COMPILER)]
-    return [n for n in names if not (n == "wandb" and "--no-wandb" in flags)]
+    """PREIMPORT, then TRACKER and COMPILER unless the flags say no trial of the sweep needs them."""
+    return [
+        *PREIMPORT,
+        *([] if "--no-wandb" in flags else TRACKER),
+        *([] if "--no-compiler" in flags else COMPILER),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
