@@ -90,7 +90,8 @@ run_sweep(config, root=sys.argv[1], agents=2)
 
 
 def test_kill_9_then_resume_loses_and_repeats_nothing(tmp_path):
-    command = [*TRIAL, "trainer.max_epochs=1", "trainer.max_steps=2"]
+    # trials of a few seconds: both are still running when the kill comes, however fast they start
+    command = [*TRIAL, "trainer.max_epochs=12"]
     sweeper = subprocess.Popen(
         [sys.executable, "-c", SWEEPER % (command,), str(tmp_path)],
         stdout=subprocess.DEVNULL,
