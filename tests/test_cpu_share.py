@@ -311,3 +311,18 @@ def test_a_child_started_inside_inherited_affinity_runs_on_those_cores():
         )
     assert child.stdout.strip() == f"[{core}]"
     assert os.sched_getaffinity(0) == before
+
+
+def test_a_standby_agent_plans_the_share_its_claim_then_gets(tmp_path, monkeypatch):
+    """A standby agent starts its trial template before the sweep exists, with the share its
+    slot is planned to get; in a new sweep, its claim gets exactly that share."""
+    monkeypatch.delenv(cpu_share.ENV_SLOT, raising=False)
+    monkeypatch.delenv(cpu_share.ENV_PER_TRIAL, raising=False)
+    assert cpu_slots.planned_share() is None  # an agent that joins later: no slot, no plan
+    for slot in range(2):
+        monkeypatch.setenv(cpu_share.ENV_SLOT, f"{slot}/2")
+        planned = cpu_slots.planned_share()
+        assert planned == cpu_slots.claim_share(tmp_path, say=print)
+        assert planned.cpus == max(1, cpu_share.process_limits().count // 2)
+    monkeypatch.setenv(cpu_share.ENV_PER_TRIAL, "1")
+    assert cpu_slots.planned_share().cpus == 1

@@ -76,6 +76,21 @@ def test_invalid_sweep_exits_2_with_every_problem_and_runs_nothing(tmp_path):
     assert "run_cap 0" in result.stderr
     assert "'vgg' is not an option of config group model" in result.stderr
     assert not (tmp_path / "outputs" / "sweeps").exists()
+    # the agents it started before its checks (their templates importing) ended with it
+    assert not _processes_of(tmp_path / "outputs")
+
+
+def _processes_of(root: Path) -> list[int]:
+    """PIDs of live processes started for the output root `root` (by their environment)."""
+    marker = f"TRAINER_OUTPUT_DIR={root}".encode()
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if marker in environ.read_bytes().split(b"\0"):
+                found.append(int(environ.parent.name))
+        except OSError:  # ended meanwhile, or not ours to read
+            continue
+    return found
 
 
 def _results(tmp_path: Path) -> tuple[Path, dict]:

@@ -157,6 +157,35 @@ def test_the_launcher_falls_back_to_processes_once_with_the_reason(tmp_path, cap
     assert "(the trial template ended (exit code -9))" in said
 
 
+def test_a_standby_template_is_adopted_where_its_environment_fits_else_ended(tmp_path, monkeypatch):
+    """A standby agent's template, started before the sweep existed (no log yet): the launcher
+    uses it when the trials' environment is its own but for what trials set after the fork,
+    and its output goes to the launcher's log; otherwise the launcher ends it and starts one."""
+    from trainer.cache.env import BUNDLE_ENV
+
+    monkeypatch.chdir(ROOT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KMP_", "TORCHINDUCTOR_"))}
+    modules, flags = ("trainer", PROBE), ("--no-compiler", "--no-wandb")
+    fits, misfit = (TrialTemplate(env, (), None, modules, flags) for _ in range(2))
+    bundle = {**env, BUNDLE_ENV: str(tmp_path / "bundle")}  # read by the trial, after the fork
+    adopted = Launcher(bundle, (), tmp_path / "fits.log", modules=modules, standby=fits)
+    other = Launcher(
+        {**env, "OMP_NUM_THREADS": "7"}, (), tmp_path / "o.log", modules, standby=misfit
+    )
+    try:
+        assert adopted.template is fits and (tmp_path / "fits.log").is_file()
+        out = tmp_path / "trial.json"
+        with open(tmp_path / "trial.log", "w") as log:
+            trial = adopted.start([sys.executable, "-m", PROBE, str(out)], bundle, log, ())
+        assert trial.pid in fits.trials and trial.wait(timeout=60) == 0
+        assert json.loads(out.read_text())["env"][BUNDLE_ENV] == str(tmp_path / "bundle")
+        assert other.template is not misfit and misfit.process.returncode == -signal.SIGKILL
+        assert other.template.wait_ready() and other.template.env["OMP_NUM_THREADS"] == "7"
+    finally:
+        adopted.close()
+        other.close()
+
+
 def test_only_python_m_trainer_on_this_interpreter_and_environment_is_forked(template):
     env = dict(template.env)
     trainer = [sys.executable, "-m", "trainer", "compile=off"]

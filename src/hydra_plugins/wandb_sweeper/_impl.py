@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from trainer.layout import SweepLayout, conf_dir, default_output_root
 from trainer.sweep import gpu_slots
 from trainer.sweep.command import config_arguments, fixed_overrides
 from trainer.sweep.directory import write_sweep_yaml
+from trainer.sweep.forkable import template_flags
 from trainer.sweep.outcome import agent_failure
 from trainer.sweep.scheduler_checks import check as scheduler_check
 from trainer.sweep.scheduler_checks import definition_dirs, resolve_source
@@ -248,7 +250,26 @@ def _run_local(options: dict[str, Any], config: DictConfig, root: Path) -> dict[
         cpus_per_trial=options["cpus_per_trial"],
         devices=options["device_plan"],
         before_agents=options.get("before_agents"),
+        standby=options["standby"],
     )
+
+
+def standby_agents(options: dict[str, Any], root: Path, arguments: list[str]):
+    """The local agents, started now (`StandbyAgents`) so that their trial templates import
+    while the sweep is checked; None for a dry run, the server backend, or where their number
+    is not known before the checks (`agents: null` on a machine that may have GPUs)."""
+    if options["backend"] != "local" or options["dry_run"]:
+        return None
+    agents = options.get("agents")
+    if agents is None and gpu_slots.surely_no_devices(options.get("devices", "auto")):
+        agents = 1
+    if not isinstance(agents, int) or isinstance(agents, bool) or agents < 1:
+        return None
+    per_trial = options.get("cpus_per_trial")
+    per_trial = per_trial if isinstance(per_trial, int) and per_trial > 0 else None
+    from trainer.sweep.backend_local import StandbyAgents
+
+    return StandbyAgents(agents, root, per_trial, template_flags(arguments))
 
 
 @exit_on_error
@@ -259,13 +280,24 @@ def sweep(
         k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
         for k, v in options.items()
     }
-    options["sweep_config"] = prepare(options, config, hydra_context, arguments)
-    if options["dry_run"]:
-        return dry_run(options["sweep_config"], Path(config.hydra.sweep.dir).resolve())
     root = Path(OmegaConf.select(config, "paths.output_dir") or default_output_root())
-    options["before_agents"] = prewarm_hook(options, config, hydra_context)
-    backend = _run_server if options["backend"] == "wandb" else _run_local
-    result = backend(options, config, root)
+    options["standby"] = standby_agents(options, root, arguments)
+    try:
+        try:
+            options["sweep_config"] = prepare(options, config, hydra_context, arguments)
+        except KeyboardInterrupt:  # Ctrl-C during the checks: no traceback, nothing to keep
+            raise TrainerError(
+                "interrupted while checking the sweep; nothing was started or written",
+                exit_code=128 + signal.SIGINT,
+            ) from None
+        if options["dry_run"]:
+            return dry_run(options["sweep_config"], Path(config.hydra.sweep.dir).resolve())
+        options["before_agents"] = prewarm_hook(options, config, hydra_context)
+        backend = _run_server if options["backend"] == "wandb" else _run_local
+        result = backend(options, config, root)
+    finally:
+        if options["standby"] is not None:  # not started: the input was refused, or Ctrl-C
+            options["standby"].cancel()
     failure = agent_failure(result)
     if failure is not None:
         raise failure

@@ -23,7 +23,7 @@ from trainer.layout import SweepLayout
 from trainer.sweep import cpu_slots, engines, gpu_slots
 from trainer.sweep.command import expand
 from trainer.sweep.directory import sweep_id_of
-from trainer.sweep.launch import Launcher, Trial
+from trainer.sweep.launch import Launcher, Trial, TrialTemplate
 from trainer.sweep.records import BUSY
 from trainer.sweep.store import RunRecord, SweepStore
 from trainer.sweep_params import trial_env
@@ -95,8 +95,10 @@ class LocalAgent:
         max_consecutive_failures: int = 5,
         cpus_per_trial: int | None = None,
         devices: list[str] | None = None,
+        standby: TrialTemplate | None = None,
     ) -> None:
         self.layout = layout
+        self.standby = standby  # the template it started before its sweep existed, if any
         self.store = SweepStore(layout.db)
         self.sweep_id = sweep_id_of(self.store, layout)
         self.config: dict = self.store.config
@@ -146,7 +148,9 @@ class LocalAgent:
                 self.share.cores,
                 self.layout.template_log(os.getpid()),
                 command=self.config.get("command"),
+                standby=self.standby,  # the launcher's now: it uses or ends it
             )
+            self.standby = None
             return self._run(count)
         finally:
             self.engine.close()  # a scheduler optimizer's lease goes to another agent

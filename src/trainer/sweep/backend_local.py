@@ -4,11 +4,15 @@ results.json, best.yaml)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from trainer import cpu_share
@@ -45,6 +49,75 @@ def _agent_argv(
     if rerun_crashed:
         argv.append("--rerun-crashed")
     return argv
+
+
+def _agent_env(root: Path, slot: int, slots: int, cpus_per_trial: int | None) -> dict[str, str]:
+    """Agent `slot` of the `slots` a sweep command starts together: its CPU slot, its root."""
+    return {
+        **os.environ,
+        "TRAINER_OUTPUT_DIR": str(root),
+        **cpu_share.slot_env(slot, slots, cpus_per_trial),
+    }
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """Processes started in this block ignore SIGINT from their first instruction (an ignored
+    signal stays ignored across exec) until they choose otherwise."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+class StandbyAgents:
+    """The local agents of a sweep command, started before its checks (`trainer.agent
+    --standby`): their trial templates import torch while the command validates, so the first
+    trial starts when the sweep does. `start` hands them the sweep; `cancel` (no sweep: bad
+    input, Ctrl-C) ends them, having written nothing."""
+
+    def __init__(
+        self, count: int, root: Path, cpus_per_trial: int | None, flags: list[str]
+    ) -> None:
+        self.plan = (count, Path(root).resolve(), cpus_per_trial)
+        argv = [sys.executable, "-m", "trainer.agent", "--standby", *flags]
+        with _sigint_ignored():  # inherited: a Ctrl-C before the go is the command's alone
+            self.procs = [
+                subprocess.Popen(
+                    argv,
+                    env=_agent_env(self.plan[1], i, count, cpus_per_trial),
+                    stdin=subprocess.PIPE,
+                )
+                for i in range(count)
+            ]
+
+    def start(
+        self, argv: list[str], count: int, root: Path, cpus_per_trial: int | None
+    ) -> list[subprocess.Popen] | None:
+        """Run them as `argv` (python -m trainer.agent ...), when they were started for these
+        `count`, `root` and `cpus_per_trial` (else end them: None)."""
+        if self.plan != (count, Path(root).resolve(), cpus_per_trial):
+            self.cancel()
+            return None
+        line = json.dumps(argv[3:]) + "\n"  # the arguments after `python -m trainer.agent`
+        procs, self.procs = self.procs, []
+        for proc in procs:
+            with contextlib.suppress(BrokenPipeError):  # it died: its exit code tells
+                proc.stdin.write(line.encode())
+                proc.stdin.close()
+        return procs
+
+    def cancel(self) -> None:
+        procs, self.procs = self.procs, []
+        for proc in procs:
+            with contextlib.suppress(BrokenPipeError):
+                proc.stdin.close()
+        for proc in procs:
+            proc.wait()
 
 
 def _create(
@@ -100,12 +173,14 @@ def run_sweep(
     cpus_per_trial: int | None = None,
     devices: DevicePlan | None = None,
     before_agents: Callable[[SweepLayout], None] | None = None,
+    standby: StandbyAgents | None = None,
 ) -> dict:
     """Create (sweep_id None) or reopen (sweep_id given) the local sweep in `directory` (the
     user's hydra.sweep.dir) or <root>/sweeps/<sweep_id>/, run `agents` local agent processes
     (each at most `count` trials; trials get GPUs from `devices`) until the sweep ends, print
     the leaderboard, write results.json and best.yaml, and return the results dict.
-    `before_agents(layout)` runs first (hydra.sweeper.prewarm)."""
+    `before_agents(layout)` runs first (hydra.sweeper.prewarm). The agents are `standby`'s
+    when it started them for this sweep's count, root and CPU share."""
     root = Path(root).resolve()
     directory = Path(directory).resolve() if directory is not None else None
     if sweep_id is None:
@@ -120,12 +195,12 @@ def run_sweep(
     if before_agents is not None:
         before_agents(layout)
     argv = _agent_argv(layout, count, rerun_crashed, max_consecutive_failures)
-    env = {**os.environ, "TRAINER_OUTPUT_DIR": str(root)}
     n = max(agents, 1)  # agent i of n takes slot i of the CPUs (trainer.sweep.cpu_slots)
-    procs = [
-        subprocess.Popen(argv, env={**env, **cpu_share.slot_env(i, n, cpus_per_trial)})
-        for i in range(n)
-    ]
+    procs = standby.start(argv, n, root, cpus_per_trial) if standby is not None else None
+    if procs is None:
+        procs = [
+            subprocess.Popen(argv, env=_agent_env(root, i, n, cpus_per_trial)) for i in range(n)
+        ]
     try:
         codes = [p.wait() for p in procs]
     except KeyboardInterrupt:  # Ctrl-C reached the agents too: each stops and records its trial

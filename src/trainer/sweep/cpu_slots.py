@@ -152,6 +152,24 @@ class CpuSlots:
             table["agents"].pop(str(pid), None)
 
 
+def _given(per_trial: int | None) -> tuple[tuple[int, int] | None, int | None]:
+    """This agent's slot, and the per-trial size (`per_trial`, else the sweep's), from the
+    environment the sweep command gives its agents."""
+    given = os.environ.get(ENV_PER_TRIAL, "")
+    if per_trial is None and given.isdigit():
+        per_trial = int(given)
+    return parse_slot(os.environ.get(ENV_SLOT)), per_trial
+
+
+def planned_share() -> Share | None:
+    """The share `claim_share` gives this agent when the sweep's other agents hold none of its
+    slot's cores (always so in a new sweep); None for an agent without a slot."""
+    slot, per_trial = _given(None)
+    if slot is None:
+        return None
+    return plan_shares(process_limits(), slot[1], per_trial)[slot[0]]
+
+
 def claim_share(
     directory: str | Path,
     *,
@@ -163,10 +181,7 @@ def claim_share(
     other agents hold every core (None when `stop()` turns true first). The slot and the
     sweep's per-trial size come from the environment the sweep command gives its agents;
     `per_trial` (the agent's own option) wins over the latter."""
-    slot = parse_slot(os.environ.get(ENV_SLOT))
-    given = os.environ.get(ENV_PER_TRIAL, "")
-    if per_trial is None and given.isdigit():
-        per_trial = int(given)
+    slot, per_trial = _given(per_trial)
     limits = process_limits()
     slots = CpuSlots(directory)
     told = False

@@ -4,6 +4,8 @@ the hint that joins it, and its sweep.yaml."""
 
 from __future__ import annotations
 
+import secrets
+import string
 from pathlib import Path
 
 import yaml
@@ -38,11 +40,13 @@ def output_root() -> Path:
     return default_output_root()
 
 
-def new_id() -> str:
-    """A short random id like W&B's (8 lowercase alphanumerics)."""
-    from wandb.sdk.lib.runid import generate_id
+ID_CHARS = string.ascii_lowercase + string.digits
 
-    return generate_id(8)
+
+def new_id() -> str:
+    """A short random id as W&B makes them (`wandb.util.generate_id`: 8 base-36 digits from
+    `secrets`), without importing W&B, which an agent may not otherwise need."""
+    return "".join(secrets.choice(ID_CHARS) for _ in range(8))
 
 
 def sweep_id_of(store: SweepStore, layout: SweepLayout) -> str:

@@ -6,9 +6,11 @@ from __future__ import annotations
 import os
 import sys
 
+from trainer.cache.env import BUNDLE_ENV
+
 # A trial's environment may differ from its template's only in these (read after the fork).
 PER_TRIAL_PREFIXES = ("WANDB_",)
-PER_TRIAL_KEYS = ("CUDA_VISIBLE_DEVICES",)
+PER_TRIAL_KEYS = ("CUDA_VISIBLE_DEVICES", BUNDLE_ENV)
 MODULES = ("trainer",)  # what a template forks into: the sweep's entry point
 
 

@@ -5,24 +5,20 @@ send_signal, kill."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import select
-import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import IO, Protocol
 
 from trainer import cpu_share
-from trainer.sweep.forkable import MODULES, env_difference, forkable, template_flags, without_env
-from trainer.sweep.processes import pid_alive
-from trainer.sweep.trial_template import receive, receive_nowait, send
+from trainer.sweep import cpu_slots
+from trainer.sweep.forkable import MODULES, forkable, template_flags
+from trainer.sweep.template_handle import ForkedTrial, TrialTemplate
+
+__all__ = ["ENV_SWITCH", "ForkedTrial", "Launcher", "Trial", "TrialTemplate", "standby_template"]
 
 ENV_SWITCH = "TRAINER_TRIAL_TEMPLATE"  # 0: every trial starts as a plain process
-READY_TIMEOUT_S = 300.0  # imports on a loaded machine; after that, trials start as processes
 
 
 class Trial(Protocol):
@@ -37,183 +33,6 @@ class Trial(Protocol):
     def kill(self) -> None: ...
 
 
-class ForkedTrial:
-    """A trial forked by the template: signals go to its PID, its exit code comes from the
-    template that reaps it."""
-
-    def __init__(self, template: TrialTemplate, pid: int) -> None:
-        self.template = template
-        self.pid = pid
-        self.returncode: int | None = None
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            self.template.pump()
-        if self.returncode is None and self.template.dead and not pid_alive(self.pid):
-            # Its template died first: nobody can tell the exit code; report a crash.
-            self.returncode = -signal.SIGKILL
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        """Its exit code once the template reports it; Popen.wait's TimeoutExpired contract."""
-        deadline = time.monotonic() + (float("inf") if timeout is None else timeout)
-        while (code := self.poll()) is None:
-            if (left := deadline - time.monotonic()) <= 0:
-                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
-            self.template.readable(min(left, 1.0))  # a report (or the template's end) wakes it
-        return code
-
-    def send_signal(self, signum: int) -> None:
-        if self.returncode is None:
-            with contextlib.suppress(ProcessLookupError):  # it has just ended: poll() says how
-                os.kill(self.pid, signum)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-
-class TrialTemplate:
-    """The agent's end of one template process (`trainer.sweep.trial_template`)."""
-
-    def __init__(
-        self,
-        env: dict[str, str],
-        cores: tuple[int, ...],
-        log_path: Path,
-        modules: tuple[str, ...] = MODULES,
-        flags: tuple[str, ...] = (),
-    ) -> None:
-        self.env = dict(env)
-        self.modules = modules
-        self.cwd = os.getcwd()
-        self.dead = False
-        self.trials: dict[int, ForkedTrial] = {}
-        self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "a") as log, cpu_share.inherited_affinity(cores):
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "trainer.sweep.trial_template",
-                    str(theirs.fileno()),
-                    *flags,  # imports it may skip (forkable.template_flags)
-                ],
-                env=self.env,
-                pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # a terminal's Ctrl-C is the agent's to forward
-            )
-        theirs.close()
-        self.ready: bool | None = None  # None: still importing
-        self.set_by_imports: dict[str, str] = {}  # environment defaults its imports set
-        self.problem = ""
-
-    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> bool:
-        """Block until the template has imported everything (True) or failed (False)."""
-        deadline = time.monotonic() + timeout
-        while self.ready is None and not self.dead:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self.problem = f"was not ready after {timeout:g} s"
-                return False
-            self._sock.settimeout(min(left, 1.0))
-            try:
-                self._handle(*receive(self._sock))
-            except TimeoutError:
-                continue
-            finally:
-                self._sock.settimeout(None)
-        return bool(self.ready)
-
-    def usable_for(self, argv: list[str], env: dict[str, str]) -> str:
-        """Why this trial cannot be forked from the template ('' when it can)."""
-        code = self.process.poll()
-        if code is not None and not self.dead:
-            self.dead = True
-            self.problem = self.problem or f"ended (exit code {code})"
-        if self.dead or not self.ready:
-            return f"the trial template {self.problem or 'ended'}"
-        body = without_env(argv)
-        if (
-            len(body) < 3
-            or body[0] != sys.executable
-            or body[1] != "-m"
-            or body[2] not in self.modules
-        ):
-            return "the sweep's command is not `python -m trainer` on this interpreter"
-        differ = env_difference(self.env, env, self.set_by_imports)
-        if differ:
-            return f"the trial's environment differs from the agent's in {', '.join(differ)}"
-        if os.getcwd() != self.cwd:
-            return "the agent changed its working directory"
-        return ""
-
-    def start(self, argv: list[str], env: dict[str, str], log: IO, cores: tuple) -> ForkedTrial:
-        """Fork `[env] python -m MODULE args...` (see usable_for) with this environment, its
-        output to `log`, on `cores`."""
-        body = without_env(argv)
-        request = {
-            "module": body[2],
-            "args": body[3:],
-            "env": env,
-            "cwd": self.cwd,
-            "cores": list(cores),
-        }
-        send(self._sock, request, [log.fileno()])
-        while True:  # the reply to this request comes before any later exit report
-            message, fds = receive(self._sock)
-            if message is None or "started" in message:
-                break
-            self._handle(message, fds)
-        if message is None:
-            self.dead = True
-            raise OSError("the trial template ended while starting a trial")
-        trial = ForkedTrial(self, message["started"])
-        self.trials[trial.pid] = trial
-        return trial
-
-    def readable(self, timeout: float) -> None:
-        """Wait up to `timeout` seconds for a report from the template (pump reads it)."""
-        if self.dead:  # nothing will come: a trial it left is watched through its PID
-            time.sleep(timeout)
-        else:
-            select.select([self._sock], [], [], timeout)
-
-    def pump(self) -> None:
-        """Read what the template reported (trials that ended) without blocking."""
-        while not self.dead:
-            try:
-                message, fds = receive_nowait(self._sock)
-            except BlockingIOError:
-                return
-            self._handle(message, fds)
-
-    def _handle(self, message: dict | None, fds: list[int]) -> None:
-        for fd in fds:
-            os.close(fd)
-        if message is None:
-            self.dead = True
-            self.problem = self.problem or f"ended (exit code {self.process.poll()})"
-        elif "ready" in message:
-            self.ready, self.set_by_imports = True, message.get("set_by_imports") or {}
-        elif "error" in message:
-            self.ready, self.problem = False, message["error"]
-        elif "exited" in message and message["exited"] in self.trials:
-            self.trials.pop(message["exited"]).returncode = message["code"]
-
-    def close(self) -> None:
-        """End the template (running trials live on, as plain processes' would)."""
-        self._sock.close()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
-
 class Launcher:
     """Starts an agent's trials: from its template while that works, else as processes (the
     agent says so once, with the reason)."""
@@ -225,7 +44,10 @@ class Launcher:
         log_path: Path,
         modules: tuple[str, ...] = MODULES,
         command: list[str] | None = None,
+        standby: TrialTemplate | None = None,
     ) -> None:
+        """`standby`: the template a standby agent started before its sweep existed; used when
+        its environment is the one asked for, else ended."""
         self.template: TrialTemplate | None = None
         self.noticed = False
         reason = ""
@@ -235,12 +57,16 @@ class Launcher:
             reason = "a trial template needs Linux's fork"
         elif command is not None and not forkable(command, modules):
             reason = "the sweep's command is not `python -m trainer` on this interpreter"
+        flags = tuple(template_flags(command))
+        if standby is not None and not reason and standby.fits(env, modules):
+            standby.adopt(log_path)
+            self.template = standby
+        elif standby is not None:
+            standby.discard()
         if reason:
             self._notice(reason)
-        else:
-            self.template = TrialTemplate(
-                env, cores, log_path, modules, tuple(template_flags(command))
-            )
+        elif self.template is None:
+            self.template = TrialTemplate(env, cores, log_path, modules, flags)
 
     def _notice(self, reason: str) -> None:
         if not self.noticed:
@@ -272,3 +98,13 @@ class Launcher:
     def close(self) -> None:
         if self.template is not None:
             self.template.close()
+
+
+def standby_template(flags: tuple[str, ...] = ()) -> TrialTemplate | None:
+    """A standby agent's template, started before its sweep exists, with the environment its
+    `Launcher` will most likely ask for (its slot's planned CPU share); None where this agent
+    would start none (no slot, no fork, or switched off)."""
+    share = cpu_slots.planned_share()
+    if share is None or os.environ.get(ENV_SWITCH, "1") == "0" or sys.platform != "linux":
+        return None
+    return TrialTemplate({**os.environ, **share.env()}, share.cores, None, MODULES, flags)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -27,9 +28,13 @@ from typing import Any
 PREIMPORT = (
     "torch",
     "torchvision",
+    "torchvision.transforms.v2",
     "hydra",
     "omegaconf",
     "trainer.run",
+    "trainer.validation",
+    "trainer.sweep.trial_argv",
+    "trainer.sweep_params",
     "sklearn.datasets",
 )
 TRACKER = ("wandb",)  # unless no trial logs to W&B
@@ -99,6 +104,13 @@ def serve(sock: socket.socket) -> Request | None:
         message, fds = receive(sock)
         if message is None:
             return None  # the agent ended (or died): running trials live on, as with Popen
+        if "log" in message:  # a standby agent's template: its log, now that the sweep exists
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(fds[0], 1)
+            os.dup2(fds[0], 2)
+            os.close(fds[0])
+            continue
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
@@ -160,12 +172,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for name in _preimports(argv):
             importlib.import_module(name)
+        name = "Hydra's plugins"  # discovered (each plugin imported) once for all trials
+        importlib.import_module("hydra.core.plugins").Plugins.instance()
     except Exception as err:  # reported to the agent, which then starts trials as processes
         send(sock, {"error": f"importing {name} failed: {type(err).__name__}: {err}"})
         return 1
     # Variables the imports set (scikit-learn's KMP_* defaults): a new process's imports would
     # set them again, a fork's do not, so each trial gets them as defaults.
     set_by_imports = {k: v for k, v in os.environ.items() if before.get(k) != v}
+    # Every object so far lives as long as the template: a trial's garbage collections skip
+    # them instead of touching (and so copying) every page the fork shares with the template.
+    gc.collect()
+    gc.freeze()
     send(sock, {"ready": os.getpid(), "python": sys.executable, "set_by_imports": set_by_imports})
     request = serve(sock)
     if request is None:  # nothing to write or close: skip the teardown of a torch process

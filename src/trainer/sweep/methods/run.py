@@ -174,7 +174,6 @@ def next_runs(
         The suggested runs.
     """
 
-    from trainer.sweep.methods.bayes_search import bayes_search_next_runs
     from trainer.sweep.methods.grid_search import grid_search_next_runs
     from trainer.sweep.methods.random_search import random_search_next_runs
 
@@ -197,7 +196,9 @@ def next_runs(
         return grid_search_next_runs(runs, sweep_config, validate=validate, n=n, **kwargs)
     elif method == "random":
         return random_search_next_runs(sweep_config, validate=validate, n=n)
-    elif method == "bayes":
+    elif method == "bayes":  # imported here: scikit-learn's Gaussian process takes a second
+        from trainer.sweep.methods.bayes_search import bayes_search_next_runs
+
         return bayes_search_next_runs(runs, sweep_config, validate=validate, n=n, **kwargs)
     else:
         raise ValueError(
