@@ -22,6 +22,7 @@ from trainer.sweep.forkable import template_flags
 from trainer.sweep.outcome import agent_failure
 from trainer.sweep.scheduler_checks import check as scheduler_check
 from trainer.sweep.scheduler_checks import definition_dirs, resolve_source
+from trainer.sweep.standby import standby_agents
 from trainer.sweep.translate import TranslationError, build_sweep_config, run_count
 from trainer.sweep.validate import check_sweep
 
@@ -254,24 +255,6 @@ def _run_local(options: dict[str, Any], config: DictConfig, root: Path) -> dict[
     )
 
 
-def standby_agents(options: dict[str, Any], root: Path, arguments: list[str]):
-    """The local agents, started now (`StandbyAgents`) so that their trial templates import
-    while the sweep is checked; None for a dry run, the server backend, or where their number
-    is not known before the checks (`agents: null` on a machine that may have GPUs)."""
-    if options["backend"] != "local" or options["dry_run"]:
-        return None
-    agents = options.get("agents")
-    if agents is None and gpu_slots.surely_no_devices(options.get("devices", "auto")):
-        agents = 1
-    if not isinstance(agents, int) or isinstance(agents, bool) or agents < 1:
-        return None
-    per_trial = options.get("cpus_per_trial")
-    per_trial = per_trial if isinstance(per_trial, int) and per_trial > 0 else None
-    from trainer.sweep.backend_local import StandbyAgents
-
-    return StandbyAgents(agents, root, per_trial, template_flags(arguments))
-
-
 @exit_on_error
 def sweep(
     options: Any, config: DictConfig, hydra_context: HydraContext, arguments: list[str]
@@ -281,7 +264,7 @@ def sweep(
         for k, v in options.items()
     }
     root = Path(OmegaConf.select(config, "paths.output_dir") or default_output_root())
-    options["standby"] = standby_agents(options, root, arguments)
+    options["standby"] = standby_agents(options, root, template_flags(arguments))
     try:
         try:
             options["sweep_config"] = prepare(options, config, hydra_context, arguments)

@@ -4,18 +4,12 @@ results.json, best.yaml)."""
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-from trainer import cpu_share
 from trainer.errors import TrainerError
 from trainer.layout import SweepLayout
 from trainer.sweep import engines, report
@@ -29,6 +23,7 @@ from trainer.sweep.directory import (
 )
 from trainer.sweep.gpu_slots import DevicePlan
 from trainer.sweep.outcome import INTERRUPT_CODES
+from trainer.sweep.standby import StandbyAgents, agent_env
 from trainer.sweep.store import SweepStore
 
 
@@ -49,75 +44,6 @@ def _agent_argv(
     if rerun_crashed:
         argv.append("--rerun-crashed")
     return argv
-
-
-def _agent_env(root: Path, slot: int, slots: int, cpus_per_trial: int | None) -> dict[str, str]:
-    """Agent `slot` of the `slots` a sweep command starts together: its CPU slot, its root."""
-    return {
-        **os.environ,
-        "TRAINER_OUTPUT_DIR": str(root),
-        **cpu_share.slot_env(slot, slots, cpus_per_trial),
-    }
-
-
-@contextlib.contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    """Processes started in this block ignore SIGINT from their first instruction (an ignored
-    signal stays ignored across exec) until they choose otherwise."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-class StandbyAgents:
-    """The local agents of a sweep command, started before its checks (`trainer.agent
-    --standby`): their trial templates import torch while the command validates, so the first
-    trial starts when the sweep does. `start` hands them the sweep; `cancel` (no sweep: bad
-    input, Ctrl-C) ends them, having written nothing."""
-
-    def __init__(
-        self, count: int, root: Path, cpus_per_trial: int | None, flags: list[str]
-    ) -> None:
-        self.plan = (count, Path(root).resolve(), cpus_per_trial)
-        argv = [sys.executable, "-m", "trainer.agent", "--standby", *flags]
-        with _sigint_ignored():  # inherited: a Ctrl-C before the go is the command's alone
-            self.procs = [
-                subprocess.Popen(
-                    argv,
-                    env=_agent_env(self.plan[1], i, count, cpus_per_trial),
-                    stdin=subprocess.PIPE,
-                )
-                for i in range(count)
-            ]
-
-    def start(
-        self, argv: list[str], count: int, root: Path, cpus_per_trial: int | None
-    ) -> list[subprocess.Popen] | None:
-        """Run them as `argv` (python -m trainer.agent ...), when they were started for these
-        `count`, `root` and `cpus_per_trial` (else end them: None)."""
-        if self.plan != (count, Path(root).resolve(), cpus_per_trial):
-            self.cancel()
-            return None
-        line = json.dumps(argv[3:]) + "\n"  # the arguments after `python -m trainer.agent`
-        procs, self.procs = self.procs, []
-        for proc in procs:
-            with contextlib.suppress(BrokenPipeError):  # it died: its exit code tells
-                proc.stdin.write(line.encode())
-                proc.stdin.close()
-        return procs
-
-    def cancel(self) -> None:
-        procs, self.procs = self.procs, []
-        for proc in procs:
-            with contextlib.suppress(BrokenPipeError):
-                proc.stdin.close()
-        for proc in procs:
-            proc.wait()
 
 
 def _create(
@@ -199,7 +125,7 @@ def run_sweep(
     procs = standby.start(argv, n, root, cpus_per_trial) if standby is not None else None
     if procs is None:
         procs = [
-            subprocess.Popen(argv, env=_agent_env(root, i, n, cpus_per_trial)) for i in range(n)
+            subprocess.Popen(argv, env=agent_env(root, i, n, cpus_per_trial)) for i in range(n)
         ]
     try:
         codes = [p.wait() for p in procs]
