@@ -33,6 +33,15 @@ class Trial(Protocol):
     def kill(self) -> None: ...
 
 
+def _no_template() -> str:
+    """Why no agent here starts a trial template, whatever its sweep ('' when it may)."""
+    if os.environ.get(ENV_SWITCH, "1") == "0":
+        return f"{ENV_SWITCH}=0"
+    if not hasattr(os, "fork") or sys.platform != "linux":
+        return "a trial template needs Linux's fork"
+    return ""
+
+
 class Launcher:
     """Starts an agent's trials: from its template while that works, else as processes (the
     agent says so once, with the reason)."""
@@ -50,12 +59,8 @@ class Launcher:
         its environment is the one asked for, else ended."""
         self.template: TrialTemplate | None = None
         self.noticed = False
-        reason = ""
-        if os.environ.get(ENV_SWITCH, "1") == "0":
-            reason = f"{ENV_SWITCH}=0"
-        elif not hasattr(os, "fork") or sys.platform != "linux":
-            reason = "a trial template needs Linux's fork"
-        elif command is not None and not forkable(command, modules):
+        reason = _no_template()
+        if not reason and command is not None and not forkable(command, modules):
             reason = "the sweep's command is not `python -m trainer` on this interpreter"
         flags = tuple(template_flags(command))
         if standby is not None and not reason and standby.fits(env, modules):
@@ -105,6 +110,6 @@ def standby_template(flags: tuple[str, ...] = ()) -> TrialTemplate | None:
     `Launcher` will most likely ask for (its slot's planned CPU share); None where this agent
     would start none (no slot, no fork, or switched off)."""
     share = cpu_slots.planned_share()
-    if share is None or os.environ.get(ENV_SWITCH, "1") == "0" or sys.platform != "linux":
+    if share is None or _no_template():
         return None
     return TrialTemplate({**os.environ, **share.env()}, share.cores, None, MODULES, flags)

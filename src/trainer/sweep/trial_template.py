@@ -104,15 +104,13 @@ def serve(sock: socket.socket) -> Request | None:
         message, fds = receive(sock)
         if message is None:
             return None  # the agent ended (or died): running trials live on, as with Popen
+        sys.stdout.flush()
+        sys.stderr.flush()
         if "log" in message:  # a standby agent's template: its log, now that the sweep exists
-            sys.stdout.flush()
-            sys.stderr.flush()
             os.dup2(fds[0], 1)
             os.dup2(fds[0], 2)
             os.close(fds[0])
             continue
-        sys.stdout.flush()
-        sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
             return Request(
