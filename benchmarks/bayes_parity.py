@@ -1,4 +1,4 @@
-"""Bayes search quality, ours (trainer.sweep.methods) vs W&B's `sweeps` 0.3.0: on known
+"""Bayes search quality, ours (trainer.sweep.search.wandb_sweeps) vs W&B's `sweeps` 0.3.0: on known
 functions, with several seeds, how many runs each needs to reach the optimum region; random
 search as the baseline. Results merge into <out>/bayes_parity.json (one entry per
 engine and numpy version, so runs on numpy 2 and numpy 1.26 sit side by side) and the table
@@ -87,9 +87,9 @@ def _engine(name: str):
             warnings.simplefilter("ignore")
             import sweeps
         return sweeps.SweepRun, sweeps.next_run
-    from trainer.sweep import methods
+    from trainer.sweep.search import wandb_sweeps
 
-    return methods.SweepRun, methods.next_run
+    return wandb_sweeps.SweepRun, wandb_sweeps.next_run
 
 
 def runs_to_region(engine: str, method: str, problem: Problem, seed: int, budget: int):

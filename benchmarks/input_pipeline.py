@@ -27,12 +27,13 @@ from hydra import compose, initialize_config_dir
 from benchmarks import destination
 from benchmarks.idx_files import write_mnist_format
 from benchmarks.overhead import model_overrides
-from trainer.config import DataConfig, validate
+from trainer.config import DataConfig
 from trainer.data import plan_data
 from trainer.devices import sync
 from trainer.distributed import Dist
 from trainer.layout import conf_dir
 from trainer.run import build_run_data, run
+from trainer.validation import validate
 
 PIPELINES = ("memory", "stream")
 

@@ -25,7 +25,7 @@ from hydra import compose, initialize_config_dir
 
 from benchmarks import destination
 from trainer import speed
-from trainer.config import TrainConfig, validate
+from trainer.config import TrainConfig
 from trainer.data import build_data
 from trainer.devices import resolve_precision
 from trainer.layout import conf_dir
@@ -33,6 +33,7 @@ from trainer.loop import sync
 from trainer.models import build_model, input_spec
 from trainer.optim import build_optimizer
 from trainer.run import run
+from trainer.validation import validate
 
 TARGETS = {"cpu": 0.97, "cuda": 0.98}
 

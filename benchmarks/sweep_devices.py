@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 from benchmarks import destination
-from trainer.sweep.backend_local import run_sweep
-from trainer.sweep.gpu_slots import DevicePlan, resolve
+from trainer.sweep.agents.gpu_slots import DevicePlan, resolve
+from trainer.sweep.local import run_sweep
 
 
 def _config(args: argparse.Namespace) -> dict:

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from benchmarks import destination
-from trainer.sweep.engine import metric_value
-from trainer.sweep.store import SweepStore
+from trainer.sweep.search.classic import metric_value
+from trainer.sweep.store.database import SweepStore
 
 ENGINES = ("random", "bayes", "tpe")
 SEARCH = ["optimizer.lr=tag(log, interval(0.0001, 1.0))", "optimizer.momentum=interval(0.0, 0.99)"]

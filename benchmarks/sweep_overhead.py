@@ -24,9 +24,9 @@ from unittest import mock
 import torch
 
 from benchmarks import destination
-from trainer.sweep.backend_local import run_sweep
-from trainer.sweep.launch import ENV_SWITCH
-from trainer.sweep.store import SweepStore
+from trainer.sweep.agents.trial_start import ENV_SWITCH
+from trainer.sweep.local import run_sweep
+from trainer.sweep.store.database import SweepStore
 
 MODES = {"template": "1", "process": "0"}  # TRAINER_TRIAL_TEMPLATE
 

@@ -12,8 +12,9 @@ import torchvision
 from torch import nn
 
 from trainer import compiling
-from trainer.config import CompileConfig, ConfigError, validate
+from trainer.config import CompileConfig, ConfigError
 from trainer.models import SmallCNN
+from trainer.validation import validate
 
 from .conftest import make_cfg
 

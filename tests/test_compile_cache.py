@@ -13,14 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from trainer.cache import entries, env, prewarm, session
+from trainer.cache import entries, env, session
 from trainer.cache.__main__ import main as cache_main
 from trainer.cache.artifact import ArtifactBundle
 from trainer.cache.bundle import Bundle
 from trainer.cache.key import differences, key_id, machine_key
 from trainer.cache.workload import workload, workload_id
-from trainer.config import ConfigError, validate
+from trainer.compiling import configure_cache
+from trainer.config import ConfigError
 from trainer.layout import BundleLayout, RunLayout, SweepLayout
+from trainer.sweep import prewarm
+from trainer.validation import validate
 
 from .conftest import make_cfg
 
@@ -101,7 +104,9 @@ def _open(tmp_path, monkeypatch, bundle_key: dict, *overrides: str) -> session.C
     record = _record(wid=workload_id(workload(conf)), files=[FX])
     Bundle(BundleLayout(tmp_path / "bundle")).add(kid, bundle_key, source, [FX], record)
     monkeypatch.setenv(env.BUNDLE_ENV, str(tmp_path / "bundle"))
-    return session.open_session(conf, RunLayout(tmp_path / "run"), "cpu")
+    return session.open_session(
+        conf, RunLayout(tmp_path / "run"), "cpu", configure_cache(conf.compile)
+    )
 
 
 def test_an_incompatible_bundle_is_ignored_with_a_one_line_notice(tmp_path, monkeypatch, caplog):
@@ -348,6 +353,8 @@ def test_an_unreachable_wandb_server_costs_a_notice_not_the_run(tmp_path, monkey
     monkeypatch.setattr(wandb, "Api", Down)
     monkeypatch.setenv(env.BUNDLE_ENV, env.WANDB)
     conf = validate(make_cfg(f"compile.cache_dir={tmp_path / 'cache'}"))
-    opened = session.open_session(conf, RunLayout(tmp_path / "run"), "cpu")
+    opened = session.open_session(
+        conf, RunLayout(tmp_path / "run"), "cpu", configure_cache(conf.compile)
+    )
     assert "W&B artifacts unavailable" in opened.notice and "could not reach" in opened.notice
     assert session.close_session(opened, {})["pulled"] == 0

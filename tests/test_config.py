@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from tests.conftest import CONF, make_cfg
-from trainer.config import ConfigError, validate
+from trainer.config import ConfigError
+from trainer.validation import validate
 
 GROUP_OPTIONS = [
     (group.name, option.stem)

@@ -12,9 +12,10 @@ import pytest
 
 from tests.conftest import make_cfg
 from trainer import cpu_share, threads
-from trainer.config import ConfigError, validate
+from trainer.config import ConfigError
 from trainer.cpu_share import CpuLimits, Share
-from trainer.sweep import cpu_slots
+from trainer.sweep.agents import cpu_slots
+from trainer.validation import validate
 
 
 @pytest.mark.parametrize(

@@ -15,9 +15,9 @@ import pytest
 from tests.conftest import ROOT, run_cli
 from trainer import cpu_share
 from trainer.layout import SweepLayout
-from trainer.sweep import cpu_slots
-from trainer.sweep.backend_local import run_sweep
-from trainer.sweep.store import SweepStore
+from trainer.sweep.agents import cpu_slots
+from trainer.sweep.local import run_sweep
+from trainer.sweep.store.database import SweepStore
 
 from .sweep_commands import TRIAL
 
@@ -169,7 +169,7 @@ def test_wandb_agents_started_here_get_the_same_shares(tmp_path, monkeypatch):
     starts with its share's environment and cores, which its trials inherit."""
     import wandb
 
-    from trainer.sweep import backend_wandb
+    from trainer.sweep import server as backend_wandb
 
     monkeypatch.setattr(backend_wandb, "preflight", lambda: None)
     monkeypatch.setattr(wandb, "sweep", lambda config, project=None, entity=None: "sw1")

@@ -14,7 +14,7 @@ from trainer.models import build_model, check_name, input_spec
     "name", ["small_cnn", "resnet18", "mobilenet_v3_small", "vit_tiny", "resnet50"]
 )
 def test_builds_and_runs(name, cfg_factory):
-    from trainer.config import validate
+    from trainer.validation import validate
 
     conf = validate(cfg_factory(f"model={name}")).model
     channels, size = input_spec(conf)

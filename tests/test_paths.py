@@ -7,8 +7,9 @@ import os
 import pytest
 
 from tests.conftest import make_cfg, run_cli
-from trainer.config import ConfigError, validate
+from trainer.config import ConfigError
 from trainer.paths import expand_path_argv
+from trainer.validation import validate
 
 
 def test_argv_tilde_and_var_become_plain_paths(monkeypatch, tmp_path):

@@ -12,11 +12,12 @@ from torch import nn
 from benchmarks.idx_files import write_mnist_format
 from tests.conftest import make_cfg
 from trainer import augment, speed
-from trainer.config import ConfigError, DataConfig, OptimizerConfig, validate
+from trainer.config import ConfigError, DataConfig, OptimizerConfig
 from trainer.data import build_data, plan_data
 from trainer.ema import WeightAverage
 from trainer.models import SmallCNN
 from trainer.optim import build_optimizer, keep_kernel, kernel_name
+from trainer.validation import validate
 
 CPU = torch.device("cpu")
 

@@ -528,7 +528,8 @@ class _Breaks(__import__("torch").nn.Module):
 
 
 def _refused(override: str, *names: str, also: tuple[str, ...] = ()) -> None:
-    from trainer.config import ConfigError, validate
+    from trainer.config import ConfigError
+    from trainer.validation import validate
 
     from .conftest import make_cfg
 
@@ -555,7 +556,7 @@ def _cc(**kw):
 
 def _row_disable(c, tmp_path, capsys):
     assert not c.is_compiled(c.apply_compile(_tiny(), compile_config=_cc(disable=True)))
-    from trainer.config import validate
+    from trainer.validation import validate
 
     from .conftest import make_cfg
 
@@ -618,7 +619,7 @@ def _row_fullgraph(c, tmp_path, capsys):
 
 
 def _row_options(c, tmp_path, capsys):
-    from trainer.config import validate
+    from trainer.validation import validate
 
     from .conftest import make_cfg
 
@@ -726,7 +727,7 @@ def _row_warm_only(c, tmp_path, capsys):
 
 
 def _row_auto(c, tmp_path, capsys):
-    from trainer.config import validate
+    from trainer.validation import validate
 
     from .conftest import make_cfg
 

@@ -1,5 +1,5 @@
 """The contract with W&B's experimental sweep scheduler: exactly the names, signatures and
-behaviours trainer/sweep/scheduler_engines.py uses, and that no other module of ours uses it.
+behaviours trainer/sweep/wandb_door.py uses, and that no other module of ours uses it.
 A change in wandb breaks this file, not the product."""
 
 from __future__ import annotations
@@ -58,19 +58,19 @@ def test_ax_mapping_signature_when_ax_is_installed():
 def test_run_states_we_map_to_exist():
     from wandb.sdk.sweeps import RunState
 
-    from trainer.sweep import scheduler_engines
-    from trainer.sweep.store import TERMINAL
+    from trainer.sweep.search.suggest import wandb_door
+    from trainer.sweep.store.database import TERMINAL
 
     for state in ("queued", "running", *TERMINAL):
-        assert isinstance(scheduler_engines.run_state(state), RunState)
-    assert scheduler_engines.run_state("finished") == RunState.FINISHED
-    assert scheduler_engines.run_state("pruned") == RunState.KILLED
+        assert isinstance(wandb_door.run_state(state), RunState)
+    assert wandb_door.run_state("finished") == RunState.FINISHED
+    assert wandb_door.run_state("pruned") == RunState.KILLED
 
 
 def test_the_cli_takes_the_sweep_scheduler_options_we_pass():
     from wandb.cli.cli import cli
 
-    from trainer.sweep.scheduler_engines import scheduler_command
+    from trainer.sweep.search.suggest.wandb_door import scheduler_command
 
     command = cli.commands["sweep-scheduler"]
     options = {opt for param in command.params for opt in getattr(param, "opts", [])}
@@ -97,7 +97,7 @@ def test_an_optuna_optimizer_asks_tells_prunes_and_rebuilds_in_our_terms(tmp_pat
     study; a fresh optimizer learns finished runs and adopts running ones."""
     import logging
 
-    from trainer.sweep.scheduler_engines import OptimizerSession, TrialView
+    from trainer.sweep.search.suggest.wandb_door import OptimizerSession, TrialView
 
     config = {
         "method": "custom",
@@ -127,7 +127,7 @@ def test_no_other_module_uses_the_scheduler():
     offenders = [
         str(path.relative_to(ROOT))
         for path in (ROOT / "src").rglob("*.py")
-        if uses.search(path.read_text()) and path.name != "scheduler_engines.py"
+        if uses.search(path.read_text()) and path.name != "wandb_door.py"
     ]
     assert offenders == []
-    assert Path(ROOT / "src/trainer/sweep/scheduler_engines.py").is_file()
+    assert Path(ROOT / "src/trainer/sweep/wandb_door.py").is_file()

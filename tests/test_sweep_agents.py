@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from trainer.sweep.backend_local import run_sweep
-from trainer.sweep.processes import pid_alive
-from trainer.sweep.store import SweepStore
+from trainer.sweep.agents.liveness import pid_alive
+from trainer.sweep.local import run_sweep
+from trainer.sweep.store.database import SweepStore
 
 from .sweep_commands import TRIAL
 
@@ -77,8 +77,8 @@ def test_failing_runs_are_recorded_and_the_agent_gives_up(tmp_path, capfd):
 
 SWEEPER = """
 import sys
-from trainer.sweep.backend_local import run_sweep
-from trainer.sweep.processes import pid_alive
+from trainer.sweep.local import run_sweep
+from trainer.sweep.agents.liveness import pid_alive
 config = {
     "method": "grid",
     "metric": {"name": "val/acc", "goal": "maximize"},

@@ -15,12 +15,12 @@ import time
 
 import pytest
 
-from trainer.sweep import gpu_slots
-from trainer.sweep.backend_local import run_sweep
-from trainer.sweep.command import fixed_overrides, template
-from trainer.sweep.gpu_slots import DevicePlan, DevicePool, fixed_slots, resolve, sweep_plan
-from trainer.sweep.records import BUSY, RunRecord
-from trainer.sweep.store import SweepStore
+from trainer.sweep.agents import gpu_slots
+from trainer.sweep.agents.gpu_slots import DevicePlan, DevicePool, fixed_slots, resolve, sweep_plan
+from trainer.sweep.local import run_sweep
+from trainer.sweep.spec.command import fixed_overrides, template
+from trainer.sweep.store.database import SweepStore
+from trainer.sweep.store.records import BUSY, RunRecord
 
 from .sweep_commands import TRIAL
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.sweep import engine
-from trainer.sweep.store import RunRecord
+from trainer.sweep.search import classic
+from trainer.sweep.store.database import RunRecord
 
 
 def _run(i: int, state: str, value: float | None, **params) -> RunRecord:
@@ -34,14 +34,14 @@ def _random(**metric) -> dict:
 )
 def test_metric_target_ends_the_sweep(metric, values, ended):
     runs = [_run(i, "finished", v) for i, v in enumerate(values)]
-    assert engine.target_reached(_random(**metric), runs) is ended
-    assert (engine.next_params(_random(**metric), runs) is None) is ended
+    assert classic.target_reached(_random(**metric), runs) is ended
+    assert (classic.next_params(_random(**metric), runs) is None) is ended
 
 
 def test_run_cap_ends_the_sweep():
     runs = [_run(i, "finished", 0.1) for i in range(3)]
-    assert engine.next_params({**_random(goal="maximize"), "run_cap": 3}, runs) is None
-    assert engine.next_params({**_random(goal="maximize"), "run_cap": 4}, runs) is not None
+    assert classic.next_params({**_random(goal="maximize"), "run_cap": 3}, runs) is None
+    assert classic.next_params({**_random(goal="maximize"), "run_cap": 4}, runs) is not None
 
 
 def test_suggestions_are_plain_python():
@@ -60,7 +60,7 @@ def test_suggestions_are_plain_python():
         _run(1, "failed", None, x=0.7, n=5, q=16, m="b"),
         _run(2, "running", 0.1, x=0.9, n=1, q=2, m="a"),
     ]
-    params, info = engine.next_params(config, runs)
+    params, info = classic.next_params(config, runs)
     assert {type(v) for v in params.values()} <= {float, int, str}
     assert type(params["n"]) is int and type(params["m"]) is str
     assert isinstance(info["expected_improvement"], float)
@@ -74,4 +74,4 @@ def test_hyperband_stops_only_running_runs_not_yet_asked():
     runs = [_run(i, "finished", v) for i, v in enumerate([0.9, 0.8, 0.7])]
     runs += [_run(3, "running", 0.1), _run(4, "running", 0.05), _run(5, "running", 0.95)]
     runs[4].stop_requested = True  # asked already: not asked again
-    assert engine.runs_to_stop(config, runs) == ["r3"]
+    assert classic.runs_to_stop(config, runs) == ["r3"]

@@ -10,9 +10,9 @@ import textwrap
 import pytest
 
 from tests.conftest import CONF, run_cli
-from trainer.sweep import scheduler_block
-from trainer.sweep.scheduler_checks import check, definition_dirs, resolve_source
-from trainer.sweep.validate import sweep_problems
+from trainer.sweep.spec import custom_method
+from trainer.sweep.spec.custom_checks import check, definition_dirs, resolve_source
+from trainer.sweep.spec.problems import sweep_problems
 
 KEYS = ["optimizer.lr", "optimizer.momentum", "optimizer.weight_decay", "trainer.max_epochs"]
 GROUPS = {"optimizer": ["sgd", "adamw"], "model": ["small_cnn"]}
@@ -119,7 +119,7 @@ def test_refused_distributions_name_w_and_b_reason_and_the_alternative(spec, alt
 def test_an_engine_that_is_not_installed_names_the_extra(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(
-        scheduler_block.importlib.util,
+        custom_method.importlib.util,
         "find_spec",
         lambda n, *a: None if n == "ax" else real(n, *a),
     )

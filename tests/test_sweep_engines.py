@@ -14,10 +14,10 @@ import time
 
 import pytest
 
-from trainer.sweep import pareto, report
-from trainer.sweep.backend_local import run_sweep
-from trainer.sweep.optimizer_queue import SuggestionQueue
-from trainer.sweep.store import SweepStore
+from trainer.sweep.local import run_sweep
+from trainer.sweep.report import leaderboard, pareto
+from trainer.sweep.store.database import SweepStore
+from trainer.sweep.store.suggestions import SuggestionQueue
 
 from .sweep_commands import TRIAL
 
@@ -56,7 +56,7 @@ def test_two_agents_share_a_two_objective_study_and_write_its_pareto_front(tmp_p
     best = (directory / "best.yaml").read_text()
     assert all(f"# {run_id}: python -m trainer " in best for run_id in front)
     assert "pareto" in capsys.readouterr().out
-    fig = report.figure(store, res)  # the front, then the parameters, then the runs
+    fig = leaderboard.figure(store, res)  # the front, then the parameters, then the runs
     assert fig.axes[0].get_xlabel() == "val/acc" and fig.axes[0].get_ylabel() == "perf/step_ms"
 
 
@@ -105,8 +105,8 @@ def test_a_median_pruner_prunes_a_clearly_bad_run_which_keeps_its_checkpoint(tmp
 
 SWEEPER = """
 import sys
-from trainer.sweep.backend_local import run_sweep
-from trainer.sweep.optimizer_queue import SuggestionQueue
+from trainer.sweep.local import run_sweep
+from trainer.sweep.store.suggestions import SuggestionQueue
 run_sweep(%r, root=sys.argv[1], agents=2)
 """
 

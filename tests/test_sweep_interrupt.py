@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import run_cli
-from trainer.sweep.store import SweepStore
+from trainer.sweep.store.database import SweepStore
 
 # One trial of two epochs of ~180 steps: the Ctrl-C lands in its second epoch.
 SWEEP = [

@@ -6,10 +6,11 @@ import json
 
 import yaml
 
-from trainer.sweep import engine, report
 from trainer.sweep.__main__ import main as sweep_cli
-from trainer.sweep.backend_local import run_sweep
-from trainer.sweep.directory import write_sweep_yaml
+from trainer.sweep.local import run_sweep
+from trainer.sweep.report import leaderboard as report
+from trainer.sweep.search import classic as engine
+from trainer.sweep.store.directory import write_sweep_yaml
 
 from .sweep_commands import TRIAL
 
@@ -150,7 +151,7 @@ def test_leaderboard_stays_readable_at_80_columns():
 
 def test_results_and_best_yaml_are_written_atomically(tmp_path, monkeypatch):
     from trainer.layout import SweepLayout
-    from trainer.sweep.store import SweepStore
+    from trainer.sweep.store.database import SweepStore
 
     layout = SweepLayout(tmp_path)
     store = SweepStore(layout.db)

@@ -1,5 +1,5 @@
 """Multi-objective sweeps: the Pareto front (pure), and what results.json, best.yaml, the
-leaderboard, `ls` and sweep.png make of it; pruned runs in the report."""
+leaderboard, `ls` and sweep.png make of it; pruned runs in the leaderboard."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import yaml
 from rich.console import Console
 
 from trainer.layout import SweepLayout
-from trainer.sweep import pareto, report
 from trainer.sweep.__main__ import ls
-from trainer.sweep.store import SweepStore
+from trainer.sweep.report import leaderboard, pareto
+from trainer.sweep.store.database import SweepStore
 
 GOALS = [{"name": "val/acc", "goal": "maximize"}, {"name": "perf/step_ms", "goal": "minimize"}]
 
@@ -63,7 +63,7 @@ def _store(tmp_path) -> SweepStore:
 
 def test_results_best_yaml_leaderboard_and_figure_show_the_front(tmp_path):
     store = _store(tmp_path)
-    res = report.write(store, "s1", SweepLayout(tmp_path))
+    res = leaderboard.write(store, "s1", SweepLayout(tmp_path))
     assert [e["id"] for e in res["pareto_front"]] == ["r0", "r1"]
     assert [e["id"] for e in res["runs"]][:2] == ["r0", "r1"]  # the front leads the table
     assert res["best"] is None and res["metrics"] == GOALS
@@ -79,10 +79,10 @@ def test_results_best_yaml_leaderboard_and_figure_show_the_front(tmp_path):
         "r1": ["compile=off", "data.batch_size=64"],
     }
     console = Console(width=200, record=True)
-    report.print_leaderboard(res, console)
+    leaderboard.print_leaderboard(res, console)
     out = console.export_text()
     assert "pareto" in out and "perf/step_ms" in out and "pareto: r1  val/acc=0.9" in out
-    fig = report.figure(store, res)
+    fig = leaderboard.figure(store, res)
     front, batch, _ = fig.axes
     assert (front.get_xlabel(), front.get_ylabel()) == ("val/acc", "perf/step_ms")
     labels = {c.get_label(): c for c in batch.collections}

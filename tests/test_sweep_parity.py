@@ -20,8 +20,9 @@ import pytest
 from scipy import stats
 
 from tests.parity import corpus
-from trainer.sweep import engine, methods
-from trainer.sweep.store import RunRecord
+from trainer.sweep.search import classic as engine
+from trainer.sweep.search import wandb_sweeps
+from trainer.sweep.store.database import RunRecord
 
 FIXTURES = Path(__file__).parent / "parity" / "fixtures"
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,9 +94,11 @@ def test_fixtures_cover_the_corpus():
 def _our_grid(parameters: dict) -> list[dict]:
     config = {"method": "grid", "parameters": parameters}
     runs, out = [], []
-    while len(out) < 500 and (run := methods.next_run(config, runs)) is not None:
+    while len(out) < 500 and (run := wandb_sweeps.next_run(config, runs)) is not None:
         out.append(engine.plain(run.config))
-        runs.append(methods.SweepRun(name=f"r{len(runs)}", state="finished", config=run.config))
+        runs.append(
+            wandb_sweeps.SweepRun(name=f"r{len(runs)}", state="finished", config=run.config)
+        )
     return out
 
 
@@ -128,7 +131,9 @@ def test_the_agents_engine_hands_out_the_grid_in_order(name):
 def _our_draws(spec: dict, seed: int, n: int) -> list:
     config = {"method": "random", "parameters": {"p": spec}}
     random.seed(seed)
-    return [engine.plain(run.config["p"]["value"]) for run in methods.next_runs(config, [], n=n)]
+    return [
+        engine.plain(run.config["p"]["value"]) for run in wandb_sweeps.next_runs(config, [], n=n)
+    ]
 
 
 def _same(a, b) -> bool:
@@ -210,8 +215,8 @@ def test_random_draws_have_the_same_distribution(reference, name):
 def test_hyperband_stops_the_same_runs(reference, name):
     case = _cases("hyperband.json")[name]
     expected = _expected(reference, "hyperband.json", name, "stop")
-    runs = [methods.SweepRun(**run) for run in case["runs"]]
-    assert sorted(r.name for r in methods.stop_runs(case["config"], runs)) == expected
+    runs = [wandb_sweeps.SweepRun(**run) for run in case["runs"]]
+    assert sorted(r.name for r in wandb_sweeps.stop_runs(case["config"], runs)) == expected
 
 
 def test_hyperband_fixtures_include_stops_and_survivors():
@@ -227,7 +232,7 @@ def test_hyperband_fixtures_include_stops_and_survivors():
 
 def _our_violations(config) -> dict:
     try:
-        return {"violations": methods.schema_violations_from_proposed_config(config)}
+        return {"violations": wandb_sweeps.schema_violations_from_proposed_config(config)}
     except ValueError as error:
         return {"raises": f"ValueError: {error}"}
 
@@ -244,7 +249,7 @@ def test_schema_reports_the_same_violations(reference, name):
 def test_sweep_validation_reports_every_schema_violation(name):
     """validate.sweep_problems keeps each of W&B's messages (less the notes on base-e log
     distributions, which W&B still runs) and adds our own checks."""
-    from trainer.sweep.validate import sweep_problems
+    from trainer.sweep.spec.problems import sweep_problems
 
     case = _cases("schema.json")[name]
     if "raises" in case:
@@ -277,9 +282,9 @@ def test_a_sweep_suggestion_imports_no_sweeps_and_warns_nothing():
     every warning into an error: no `sweeps`, no pydantic, no third-party warning."""
     code = """
 import sys
-from trainer.sweep import engine
-from trainer.sweep.store import RunRecord
-from trainer.sweep.validate import sweep_problems
+from trainer.sweep.search import classic as engine
+from trainer.sweep.store.database import RunRecord
+from trainer.sweep.spec.problems import sweep_problems
 config = {"method": "bayes", "metric": {"name": "val/loss", "goal": "minimize"},
           "early_terminate": {"type": "hyperband", "min_iter": 1, "eta": 2},
           "parameters": {"optimizer.lr": {"distribution": "log_uniform_values", "min": 1e-4, "max": 1.0},

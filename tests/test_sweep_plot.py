@@ -7,8 +7,8 @@ import os
 
 import matplotlib.pyplot as plt
 
-from trainer.sweep import report
-from trainer.sweep.store import SweepStore
+from trainer.sweep.report import leaderboard
+from trainer.sweep.store.database import SweepStore
 
 CONFIG = {
     "method": "random",
@@ -42,8 +42,8 @@ def _store(tmp_path) -> SweepStore:
 
 def test_the_figure_has_title_best_so_far_integer_ticks_categories_and_stops(tmp_path):
     store = _store(tmp_path)
-    res = report.results(store, "s1")
-    fig = report.figure(store, res)
+    res = leaderboard.results(store, "s1")
+    fig = leaderboard.figure(store, res)
     assert fig._suptitle.get_text() == "sweep s1 (random): val/acc, goal maximize"
     categorical, lr, over_runs = fig.axes
     assert [t.get_text() for t in categorical.get_xticklabels()] == ["sgd", "adamw"]
@@ -58,4 +58,4 @@ def test_the_figure_has_title_best_so_far_integer_ticks_categories_and_stops(tmp
         assert labels["stopped by hyperband"].get_offsets()[:, 1].tolist() == [0.3]
     assert labels["best"].get_offsets().tolist() == [[3.0, 0.7]]
     plt.close(fig)
-    assert report.plot(store, res, tmp_path / "sweep.png").read_bytes()[:4] == b"\x89PNG"
+    assert leaderboard.plot(store, res, tmp_path / "sweep.png").read_bytes()[:4] == b"\x89PNG"

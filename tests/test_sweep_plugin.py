@@ -14,8 +14,8 @@ from omegaconf import OmegaConf
 
 from tests.conftest import CONF, make_cfg, run_cli
 from trainer.config import flatten
-from trainer.sweep.translate import build_sweep_config, run_count
-from trainer.sweep.validate import sweep_problems
+from trainer.sweep.spec.problems import sweep_problems
+from trainer.sweep.spec.translate import build_sweep_config, run_count
 
 SWEEPS = sorted(p.stem for p in (CONF / "sweep").glob("*.yaml"))
 TINY = ["compile=off", "logger=none", "trainer.max_epochs=1"]
@@ -165,7 +165,7 @@ def test_unknown_sweep_id_is_one_clear_error_exit_2(tmp_path, capsys):
 
 
 def test_join_command_names_the_root_only_when_it_is_not_the_default(tmp_path):
-    from trainer.sweep.directory import join_command, output_root
+    from trainer.sweep.store.directory import join_command, output_root
 
     assert output_root() == tmp_path / "outputs"  # conftest sets TRAINER_OUTPUT_DIR
     assert join_command("abc", tmp_path / "outputs") == "python -m trainer.agent abc"

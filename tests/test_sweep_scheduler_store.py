@@ -11,9 +11,9 @@ import sys
 import pytest
 
 from trainer.layout import SweepLayout
-from trainer.sweep.optimizer_queue import SuggestionQueue
-from trainer.sweep.scheduler_driver import SchedulerDriver, SchedulerEngine
-from trainer.sweep.store import SweepStore
+from trainer.sweep.search.suggest.driver import SchedulerDriver, SchedulerEngine
+from trainer.sweep.store.database import SweepStore
+from trainer.sweep.store.suggestions import SuggestionQueue
 
 CONFIG = {
     "method": "custom",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 
-from trainer.sweep import engine
 from trainer.sweep.__main__ import main as sweep_cli
-from trainer.sweep.directory import new_id
-from trainer.sweep.store import SweepStore
+from trainer.sweep.search import classic
+from trainer.sweep.store.database import SweepStore
+from trainer.sweep.store.directory import new_id
 
 RANDOM = {
     "method": "random",
@@ -31,7 +31,7 @@ def _sweep(root, runs: int) -> SweepStore:
 
 def _claim(store):
     return store.claim(
-        lambda runs: engine.next_params(store.config, runs), new_id=new_id, agent_pid=os.getpid()
+        lambda runs: classic.next_params(store.config, runs), new_id=new_id, agent_pid=os.getpid()
     )
 
 
@@ -54,7 +54,7 @@ def test_three_of_four_runs_is_stopped_and_an_agent_still_gets_a_run(tmp_path, c
 
 
 def test_states_other_than_finished_pass_through():
-    assert engine.sweep_state("failed", RANDOM, []) == "failed"
-    assert engine.sweep_state("created", RANDOM, []) == "created"
+    assert classic.sweep_state("failed", RANDOM, []) == "failed"
+    assert classic.sweep_state("created", RANDOM, []) == "created"
     uncapped = {k: v for k, v in RANDOM.items() if k != "run_cap"}
-    assert engine.sweep_state("finished", uncapped, []) == "stopped (0 runs, more left)"
+    assert classic.sweep_state("finished", uncapped, []) == "stopped (0 runs, more left)"

@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from trainer.sweep import engine
-from trainer.sweep.directory import new_id
-from trainer.sweep.store import SweepStore
+from trainer.sweep.search import classic
+from trainer.sweep.store.database import SweepStore
+from trainer.sweep.store.directory import new_id
 
 GRID = {
     "method": "grid",
@@ -27,7 +27,7 @@ def _store(tmp_path, config=GRID, name="s1") -> SweepStore:
 
 def _claim(store, *, pid=None, rerun_crashed=False):
     return store.claim(
-        lambda runs: engine.next_params(store.config, runs),
+        lambda runs: classic.next_params(store.config, runs),
         new_id=new_id,
         agent_pid=pid or os.getpid(),
         rerun_crashed=rerun_crashed,
@@ -64,11 +64,11 @@ def test_run_cap_counts_every_run(tmp_path):
 
 CLAIMER = """
 import sys, os
-from trainer.sweep.store import SweepStore
-from trainer.sweep import engine
-from trainer.sweep.directory import new_id
+from trainer.sweep.store.database import SweepStore
+from trainer.sweep.search import classic
+from trainer.sweep.store.directory import new_id
 store = SweepStore(sys.argv[1])
-while (run := store.claim(lambda rs: engine.next_params(store.config, rs), new_id=new_id,
+while (run := store.claim(lambda rs: classic.next_params(store.config, rs), new_id=new_id,
                           agent_pid=os.getpid())) is not None:
     print(run.id, run.params["a"], run.params["b"], flush=True)
 """
@@ -121,11 +121,11 @@ def test_hyperband_stops_a_clearly_worse_running_run(tmp_path):
     store.add_metrics(good.id, [{"val/acc": 0.8}, {"val/acc": 0.9}], 0)
     store.update(good.id, state="finished")
     store.add_metrics(bad.id, [{"val/acc": 0.1}], 0)
-    assert engine.runs_to_stop(config, store.runs()) == [bad.id]
+    assert classic.runs_to_stop(config, store.runs()) == [bad.id]
 
 
 def test_a_torn_summary_is_no_summary_with_a_warning(tmp_path, capsys):
-    from trainer.sweep.agent import read_summary
+    from trainer.sweep.agents.local_agent import read_summary
 
     path = tmp_path / "summary.json"
     assert read_summary(path) is None
@@ -158,7 +158,7 @@ def test_a_killed_agent_lingering_as_a_zombie_counts_as_gone():
     import subprocess
     import time
 
-    from trainer.sweep.processes import pid_alive as _pid_alive
+    from trainer.sweep.agents.liveness import pid_alive as _pid_alive
 
     proc = subprocess.Popen(["sleep", "30"])
     assert _pid_alive(proc.pid)

@@ -8,15 +8,15 @@ import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from wandb.sdk.launch.sweeps.utils import create_sweep_command, create_sweep_command_args
 
-from trainer.sweep.command import template as trial_command
-from trainer.sweep.translate import (
+from trainer.sweep.spec.command import template as trial_command
+from trainer.sweep.spec.translate import (
     TranslationError,
     build_sweep_config,
     flatten_parameters,
     run_count,
     split_overrides,
 )
-from trainer.sweep.trial_argv import hydra_value, repair_argv, repair_sys_argv
+from trainer.trial_argv import hydra_value, repair_argv, repair_sys_argv
 
 
 @pytest.mark.parametrize(
@@ -111,7 +111,7 @@ ALL_FORMS = {
 
 
 def test_every_wandb_parameter_form_passes_through_and_is_schema_valid():
-    from trainer.sweep.validate import schema_problems
+    from trainer.sweep.spec.problems import schema_problems
 
     config = build_sweep_config({"method": "random", "parameters": ALL_FORMS}, [])
     assert config["parameters"] == ALL_FORMS
@@ -242,11 +242,11 @@ def test_repaired_values_reach_the_composed_config():
 
 
 def _engine_enumeration(config: dict) -> int:
-    from trainer.sweep import engine
-    from trainer.sweep.store import RunRecord
+    from trainer.sweep.search import classic
+    from trainer.sweep.store.database import RunRecord
 
     runs: list[RunRecord] = []
-    while (suggestion := engine.next_params(config, runs)) is not None:
+    while (suggestion := classic.next_params(config, runs)) is not None:
         runs.append(
             RunRecord(id=f"r{len(runs)}", seq=len(runs), state="finished", params=suggestion[0])
         )
@@ -296,14 +296,14 @@ def test_grid_run_count_matches_the_engines_enumeration(parameters):
     ],
 )
 def test_config_arguments_carry_the_users_configuration(sources, name, hydra_overrides, expected):
-    from trainer.sweep.command import config_arguments
+    from trainer.sweep.spec.command import config_arguments
 
     got = config_arguments(sources, name, hydra_overrides, default_conf="/repo/conf")
     assert got == expected
 
 
 def test_fixed_overrides_are_every_argument_after_the_entry_point():
-    from trainer.sweep.command import fixed_overrides
+    from trainer.sweep.spec.command import fixed_overrides
 
     command = trial_command(["a=1"], ["--config-dir=/u", "hydra.searchpath=[file:///x]"])
     assert fixed_overrides({"command": command}) == [

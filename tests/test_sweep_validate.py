@@ -6,7 +6,7 @@ import pytest
 
 from trainer.config import ConfigError
 from trainer.metrics import EPOCH_METRICS
-from trainer.sweep.validate import check_sweep, sweep_problems
+from trainer.sweep.spec.problems import check_sweep, sweep_problems
 
 KEYS = ["optimizer.lr", "optimizer.momentum", "trainer.max_epochs", "data.batch_size"]
 GROUPS = {"model": ["small_cnn", "resnet18"], "optimizer": ["sgd", "adamw"]}
@@ -148,7 +148,7 @@ def test_all_problems_are_reported_at_once():
 
 
 def test_schema_violations_name_the_offending_key():
-    from trainer.sweep.validate import schema_problems
+    from trainer.sweep.spec.problems import schema_problems
 
     problems = schema_problems(
         {"method": "random", "parameters": {"optimizer.lr": {"values": [0.1]}}, "run_cap": 0}

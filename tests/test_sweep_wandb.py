@@ -21,9 +21,9 @@ from wandb.sdk.lib import config_util
 
 from tests.conftest import ROOT, make_cfg
 from tests.wandb_records import records, run_config
-from trainer.sweep import backend_wandb
-from trainer.sweep.translate import build_sweep_config
-from trainer.sweep.validate import schema_problems
+from trainer.sweep import server
+from trainer.sweep.spec.problems import schema_problems
+from trainer.sweep.spec.translate import build_sweep_config
 
 SWEEP_ID = "abc12345"
 PARAMS = {
@@ -64,7 +64,7 @@ def test_config_handed_to_wandb_sweep_is_valid_and_is_sweep_yaml(
     config = build_sweep_config(
         OmegaConf.to_container(cfg.hydra.sweeper), ["sweep=lr_bayes", "x=1"]
     )
-    result = backend_wandb.run_server_sweep(
+    result = server.run_server_sweep(
         config, project="proj", entity="team", sweep_id=None, agents=0, count=None, root=tmp_path
     )
     ((handed, project, entity),) = calls
@@ -75,8 +75,8 @@ def test_config_handed_to_wandb_sweep_is_valid_and_is_sweep_yaml(
 
 
 def test_agent_command_mirrors_wandb_agent():
-    assert backend_wandb.agent_command("e/p/s", 3)[-4:] == ["agent", "--count", "3", "e/p/s"]
-    assert backend_wandb.agent_command("e/p/s", None)[-2:] == ["agent", "e/p/s"]
+    assert server.agent_command("e/p/s", 3)[-4:] == ["agent", "--count", "3", "e/p/s"]
+    assert server.agent_command("e/p/s", None)[-2:] == ["agent", "e/p/s"]
 
 
 def _as_wandb_agent(tmp_path: Path, command: list[str], params: dict, run_id: str):
@@ -155,8 +155,8 @@ def test_no_credentials_is_a_clear_error_within_seconds(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
     monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
     started = time.monotonic()
-    with pytest.raises(backend_wandb.ServerUnavailable, match="wandb login"):
-        backend_wandb.preflight("https://api.wandb.ai")
+    with pytest.raises(server.ServerUnavailable, match="wandb login"):
+        server.preflight("https://api.wandb.ai")
     assert time.monotonic() - started < 5
 
 
@@ -166,8 +166,8 @@ def test_unreachable_server_is_a_clear_error_within_seconds(monkeypatch):
     probe.bind(("127.0.0.1", 0))
     port = probe.getsockname()[1]
     probe.close()  # nothing listens there now
-    with pytest.raises(backend_wandb.ServerUnavailable, match="cannot reach"):
-        backend_wandb.preflight(f"http://127.0.0.1:{port}")
+    with pytest.raises(server.ServerUnavailable, match="cannot reach"):
+        server.preflight(f"http://127.0.0.1:{port}")
 
 
 def test_agents_are_wandb_agent_processes_logging_online(
@@ -185,11 +185,11 @@ def test_agents_are_wandb_agent_processes_logging_online(
             return 0
 
     monkeypatch.setattr(wandb, "sweep", lambda config, project=None, entity=None: SWEEP_ID)
-    monkeypatch.setattr(backend_wandb.subprocess, "Popen", Process)
+    monkeypatch.setattr(server.subprocess, "Popen", Process)
     config = build_sweep_config(
         {"method": "random", "parameters": {"optimizer.lr": {"values": [0.1]}}}, []
     )
-    result = backend_wandb.run_server_sweep(
+    result = server.run_server_sweep(
         config, project="proj", entity="team", sweep_id=None, agents=2, count=3, root=tmp_path
     )
     assert f"wandb agent team/proj/{SWEEP_ID}" in capsys.readouterr().out
@@ -203,7 +203,7 @@ def test_agents_are_wandb_agent_processes_logging_online(
 def test_one_wandb_agent_per_device_slot_with_its_gpus(local_server, monkeypatch, tmp_path, capsys):
     import wandb
 
-    from trainer.sweep.gpu_slots import DevicePlan
+    from trainer.sweep.agents.gpu_slots import DevicePlan
 
     started = []
 
@@ -215,12 +215,12 @@ def test_one_wandb_agent_per_device_slot_with_its_gpus(local_server, monkeypatch
             return 0
 
     monkeypatch.setattr(wandb, "sweep", lambda config, project=None, entity=None: SWEEP_ID)
-    monkeypatch.setattr(backend_wandb.subprocess, "Popen", Process)
+    monkeypatch.setattr(server.subprocess, "Popen", Process)
     config = build_sweep_config(
         {"method": "random", "parameters": {"optimizer.lr": {"values": [0.1]}}}, []
     )
     plan = DevicePlan(("0", "1", "2"), trials_per_device=2)
-    result = backend_wandb.run_server_sweep(
+    result = server.run_server_sweep(
         config, project="p", entity="t", sweep_id=None, agents=None, count=None, root=tmp_path,
         devices=plan,
     )  # fmt: skip

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from tests.test_sweep_wandb import SWEEP_ID, local_server  # noqa: F401  (the fixture)
-from trainer.sweep import backend_wandb
-from trainer.sweep.translate import build_sweep_config
+from trainer.sweep import server
+from trainer.sweep.spec.translate import build_sweep_config
 
 OPTUNA = {
     "method": "custom",
@@ -56,7 +56,7 @@ def recorded(monkeypatch):
     monkeypatch.setattr(
         wandb, "sweep", lambda config, project=None, entity=None: created.append(config) or SWEEP_ID
     )
-    monkeypatch.setattr(backend_wandb.subprocess, "Popen", Recorder)
+    monkeypatch.setattr(server.subprocess, "Popen", Recorder)
     return created
 
 
@@ -67,7 +67,7 @@ def test_the_scheduler_starts_before_the_agents_and_stops_after_them(
     capsys,
 ):
     config = build_sweep_config(OPTUNA, [])
-    result = backend_wandb.run_server_sweep(
+    result = server.run_server_sweep(
         config, project="proj", entity="team", sweep_id=None, agents=2, count=None, root=tmp_path
     )
     assert recorded == [config] and recorded[0]["scheduler"] == {"engine": "optuna"}
@@ -90,7 +90,7 @@ def test_agents_0_creates_the_sweep_and_prints_both_lines_only(
     capsys,
 ):
     config = build_sweep_config(OPTUNA, [])
-    backend_wandb.run_server_sweep(
+    server.run_server_sweep(
         config, project="proj", entity="team", sweep_id=None, agents=0, count=None, root=tmp_path
     )
     assert Recorder.started == []
@@ -100,7 +100,7 @@ def test_agents_0_creates_the_sweep_and_prints_both_lines_only(
 
 def test_a_sweep_without_scheduler_starts_no_scheduler(local_server, recorded, tmp_path):  # noqa: F811
     config = build_sweep_config({"method": "random", "parameters": OPTUNA["parameters"]}, [])
-    backend_wandb.run_server_sweep(
+    server.run_server_sweep(
         config, project="proj", entity="team", sweep_id=None, agents=1, count=None, root=tmp_path
     )
     assert [p.argv[3] for p in Recorder.started] == ["agent"]
@@ -113,8 +113,8 @@ def test_without_credentials_it_fails_in_seconds_and_starts_nothing(
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
     started = time.monotonic()
-    with pytest.raises(backend_wandb.ServerUnavailable, match="wandb login"):
-        backend_wandb.run_server_sweep(
+    with pytest.raises(server.ServerUnavailable, match="wandb login"):
+        server.run_server_sweep(
             build_sweep_config(OPTUNA, []),
             project="proj", entity="team", sweep_id=None, agents=1, count=None, root=tmp_path,
         )  # fmt: skip
@@ -128,7 +128,7 @@ def test_joining_a_sweep_starts_agents_but_no_second_scheduler(
     tmp_path,
     capsys,
 ):
-    backend_wandb.run_server_sweep(
+    server.run_server_sweep(
         build_sweep_config(OPTUNA, []),
         project="proj", entity="team", sweep_id=SWEEP_ID, agents=1, count=None, root=tmp_path,
     )  # fmt: skip

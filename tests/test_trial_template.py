@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.sweep.launch import ENV_SWITCH, Launcher, TrialTemplate
+from trainer.sweep.agents.trial_start import ENV_SWITCH, Launcher, TrialTemplate
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = "tests.template_probe"
@@ -200,7 +200,7 @@ def test_only_python_m_trainer_on_this_interpreter_and_environment_is_forked(tem
 
 
 def test_a_torchrun_sweep_starts_no_template(tmp_path, capsys):
-    from trainer.sweep.command import template
+    from trainer.sweep.spec.command import template
 
     launcher = Launcher(dict(os.environ), (), tmp_path / "t.log", command=template([], [], 2))
     assert launcher.template is None
@@ -211,9 +211,9 @@ def test_a_torchrun_sweep_starts_no_template(tmp_path, capsys):
 
 
 def test_a_sweep_that_never_compiles_or_logs_skips_those_imports():
-    from trainer.sweep.command import template
-    from trainer.sweep.forkable import template_flags
-    from trainer.sweep.trial_template import _preimports
+    from trainer.sweep.agents.forkable import template_flags
+    from trainer.sweep.agents.template import _preimports
+    from trainer.sweep.spec.command import template
 
     assert template_flags(template(["model=small_cnn"])) == template_flags(None) == []
     flags = template_flags(template(["compile=off", "logger=none"]))

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from trainer.sweep import backend_wandb
+from trainer.sweep import server
 
 
 def _closed_port() -> int:
@@ -34,25 +34,25 @@ def test_a_key_in_the_wandb_settings_file_is_found(no_credentials, monkeypatch):
     config_dir = no_credentials / "wandb-config"
     config_dir.mkdir()
     (config_dir / "settings").write_text("[default]\napi_key = " + "k" * 40 + "\n")
-    assert backend_wandb.api_key_present(url)
+    assert server.api_key_present(url)
     # found the key, so the next problem is the unreachable server, not the key
-    with pytest.raises(backend_wandb.ServerUnavailable, match="cannot reach"):
-        backend_wandb.preflight(url)
+    with pytest.raises(server.ServerUnavailable, match="cannot reach"):
+        server.preflight(url)
 
 
 def test_no_key_anywhere_says_how_to_log_in(no_credentials, monkeypatch):
     monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
-    assert backend_wandb.api_key_present("http://127.0.0.1:1")  # found once ...
+    assert server.api_key_present("http://127.0.0.1:1")  # found once ...
     monkeypatch.delenv("WANDB_API_KEY")
-    with pytest.raises(backend_wandb.ServerUnavailable, match="wandb login"):  # ... not cached
-        backend_wandb.preflight(f"http://127.0.0.1:{_closed_port()}")
+    with pytest.raises(server.ServerUnavailable, match="wandb login"):  # ... not cached
+        server.preflight(f"http://127.0.0.1:{_closed_port()}")
 
 
 def test_a_malformed_key_is_a_clear_error_within_seconds(no_credentials, monkeypatch):
     monkeypatch.setenv("WANDB_API_KEY", "not-a-key")
     started = time.monotonic()
-    with pytest.raises(backend_wandb.ServerUnavailable) as err:
-        backend_wandb.preflight(f"http://127.0.0.1:{_closed_port()}")
+    with pytest.raises(server.ServerUnavailable) as err:
+        server.preflight(f"http://127.0.0.1:{_closed_port()}")
     message = str(err.value)
     assert "is not valid" in message and "WANDB_API_KEY" in message and "--relogin" in message
     assert time.monotonic() - started < 5
@@ -63,7 +63,7 @@ def test_the_check_leaves_wandb_offline_and_prints_nothing(no_credentials, monke
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.delenv("WANDB_BASE_URL", raising=False)
-    assert not backend_wandb.api_key_present(f"http://127.0.0.1:{_closed_port()}")
+    assert not server.api_key_present(f"http://127.0.0.1:{_closed_port()}")
     assert os.environ["WANDB_MODE"] == "offline" and "WANDB_BASE_URL" not in os.environ
     out, err = capfd.readouterr()
     assert "wandb:" not in out + err

@@ -50,7 +50,7 @@ def cli() -> None:
     """The console entry: a sweep trial's argv gets its exact values, the torchrun ranks agree
     on one run directory (both no-ops otherwise), then Hydra runs."""
     from trainer.paths import expand_path_argv
-    from trainer.sweep.trial_argv import repair_sys_argv
+    from trainer.trial_argv import repair_sys_argv
 
     sys.argv = expand_path_argv(repair_sys_argv(sys.argv))  # `~`, `$HOME` in path keys
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:

@@ -15,7 +15,7 @@ from trainer import cpu_share
 from trainer.errors import TrainerError, exit_on_error
 
 if TYPE_CHECKING:
-    from trainer.sweep.launch import TrialTemplate
+    from trainer.sweep.agents.trial_start import TrialTemplate
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,7 +66,7 @@ def _devices(text: str | None) -> list[str] | None:
     """--devices 2,3 as CUDA_VISIBLE_DEVICES entries (TrainerError when it names no GPU here)."""
     if text is None:
         return None
-    from trainer.sweep import gpu_slots
+    from trainer.sweep.agents import gpu_slots
 
     try:
         indices = [int(part) for part in text.split(",") if part.strip()]
@@ -78,7 +78,7 @@ def _devices(text: str | None) -> list[str] | None:
         raise TrainerError(message) from err
 
 
-PRELOAD = ("trainer.sweep.agent", "wandb.sdk.launch.sweeps.utils")
+PRELOAD = ("trainer.sweep.agents.local_agent", "wandb.sdk.launch.sweeps.utils")
 STANDBY = "--standby"  # started by a sweep command before its sweep exists (see `standby`)
 
 
@@ -88,7 +88,7 @@ def standby(flags: list[str]) -> int:
     overlap the command's checks, then wait for one line, this agent's arguments as JSON (the
     sweep exists: run as `python -m trainer.agent ARGS`), or the end of the pipe (the command
     started no sweep: end the template and exit 0, saying nothing)."""
-    from trainer.sweep.launch import standby_template
+    from trainer.sweep.agents.trial_start import standby_template
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the command's Ctrl-C ends the pipe instead
     template = standby_template(tuple(flags))
@@ -110,8 +110,8 @@ def standby(flags: list[str]) -> int:
 @exit_on_error
 def main(argv: list[str] | None = None, template: TrialTemplate | None = None) -> int:
     """The agent; `template`: the trial template `standby` started for it."""
-    from trainer.sweep.agent import LocalAgent
-    from trainer.sweep.directory import find, output_root
+    from trainer.sweep.agents.local_agent import LocalAgent
+    from trainer.sweep.store.directory import find, output_root
 
     args = _parser().parse_args(argv)
     problem = cpu_share.per_trial_problem(
@@ -133,9 +133,11 @@ def main(argv: list[str] | None = None, template: TrialTemplate | None = None) -
         return agent.run(args.count)
     finally:
         if not args.no_report:  # the sweep's files now include this agent's runs
-            from trainer.sweep import report
+            from trainer.sweep.report import leaderboard
 
-            report.print_leaderboard(report.write(agent.store, agent.sweep_id, agent.layout))
+            leaderboard.print_leaderboard(
+                leaderboard.write(agent.store, agent.sweep_id, agent.layout)
+            )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Typed schemas of the run configuration and their checks.
 
-`validate(cfg)` turns the composed Hydra config into `TrainConfig`; every problem becomes a
+`trainer.validation.validate(cfg)` turns the composed Hydra config into `TrainConfig`; every problem becomes a
 `ConfigError` whose message names the override that fixes it.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from trainer.config_rules import ConfigError, auto_or_count, flatten  # noqa: F401 (re-exported)
 from trainer.config_rules import check as _check
@@ -237,16 +237,18 @@ GROUP_SCHEMAS: dict[str, type] = {
 
 
 def register_schemas() -> None:
-    """Store each group's dataclass defaults in Hydra's ConfigStore as `<group>/schema`: the one
-    source of defaults. Every conf/<group>/*.yaml lists `schema` first and says only what
+    """Store each group's dataclass defaults in Hydra's ConfigStore as `<group>_schema`, a
+    config outside every group (so no group offers it as an option): the one source of
+    defaults. Every conf/<group>/*.yaml lists `/<group>_schema@_here_` first and says only what
     differs. The nodes are plain (untyped), so a typo reaches `validate`, whose error names
-    the key and the fix, instead of failing inside Hydra's composition."""
+    the key and the fix, instead of failing inside Hydra's composition. Hydra's plugin scan
+    calls this (hydra_plugins/compiled_trainer), before any composition."""
     from hydra.core.config_store import ConfigStore  # noqa: PLC0415
 
     store = ConfigStore.instance()
     for group, schema in {**GROUP_SCHEMAS, "eval": EvalConfig}.items():
         node = OmegaConf.to_container(OmegaConf.structured(schema), resolve=False)
-        store.store(group=group, name="schema", node=OmegaConf.create(node))
+        store.store(name=f"{group}_schema", node=OmegaConf.create(node))
 
 
 @dataclass
@@ -259,15 +261,6 @@ class TrainConfig:
     compile: CompileConfig = field(default_factory=CompileConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
-
-
-def validate(cfg: DictConfig) -> TrainConfig:
-    """Check the composed config against the schemas and this machine (compile mode, backend
-    and options, model name, device, precision): every check that needs no data. Raise
-    `ConfigError` on the first problem; see trainer.validation."""
-    from trainer.validation import validate_config  # noqa: PLC0415 (torch only when validating)
-
-    return validate_config(cfg)
 
 
 @dataclass

@@ -14,9 +14,10 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from trainer.config import ConfigError, EvalConfig, TrainConfig, validate
+from trainer.config import ConfigError, EvalConfig, TrainConfig
 from trainer.errors import exit_on_error
 from trainer.layout import conf_dir, write_text_atomic
+from trainer.validation import validate
 
 REPORT = "evaluation.json"  # in the evaluation's run directory
 

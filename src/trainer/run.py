@@ -15,11 +15,12 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from trainer import compiling, devices, distributed, speed, threads
-from trainer.cache.session import open_session
-from trainer.cache.warm import warm_only
+from trainer.cache.session import CacheSession, open_session
 from trainer.checkpoint import TrainState
+from trainer.compiling import trace
 from trainer.compiling.auto import StepRecipe, maybe_decide, planned_steps
-from trainer.config import ConfigError, TrainConfig, TrainerConfig, flatten, validate
+from trainer.compiling.warm import warm_only
+from trainer.config import ConfigError, TrainConfig, TrainerConfig, flatten
 from trainer.console import print_summary
 from trainer.data import DataBundle, DataPlan, build_data, plan_data
 from trainer.ema import maybe_average
@@ -30,6 +31,7 @@ from trainer.models import build_model, input_spec
 from trainer.optim import build_optimizer, build_scheduler
 from trainer.summary import RunSummary
 from trainer.tracking import Tracker, start_tracker
+from trainer.validation import validate
 
 __all__ = ["Interrupted", "resolve_run_dir", "run"]
 
@@ -48,7 +50,7 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
     device = ctx.device or devices.resolve_device(t.device)
     dtype = devices.resolve_precision(t.precision, device)
     flags = speed.apply_backend_flags(tf32=t.tf32, cudnn_benchmark=t.cudnn_benchmark, device=device)
-    cache = open_session(conf, layout, device, is_main=ctx.is_main)  # before anything compiles
+    cache = open_compile_cache(conf, layout, device, is_main=ctx.is_main)  # before compiling
     compiling.reset()
     seed_everything(t.seed)
 
@@ -90,6 +92,20 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
     if ctx.is_main:
         print_summary(summary)
     return {**summary.metrics, "best": summary.best_value}
+
+
+def open_compile_cache(
+    conf: TrainConfig, layout: RunLayout, device: torch.device, *, is_main: bool
+) -> CacheSession:
+    """Point Inductor at compile.cache_dir, start compile.trace (ended when the session
+    closes), and open the run's compile-cache session: all before anything compiles."""
+    trace.abandon()  # a previous run of this process (tests, multiruns) is over
+    root = compiling.configure_cache(conf.compile)
+    session = open_session(conf, layout, device, root, is_main=is_main)
+    if conf.compile.trace and not conf.compile.disable:
+        trace.start(layout)
+        session.on_close.append(lambda: trace.finish(layout))
+    return session
 
 
 def seed_everything(seed: int) -> None:

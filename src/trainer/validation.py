@@ -17,8 +17,10 @@ from trainer.paths import expand
 log = logging.getLogger(__name__)
 
 
-def validate_config(cfg: DictConfig) -> TrainConfig:
-    """The typed config of `cfg`, once every check passed; else the first `ConfigError`."""
+def validate(cfg: DictConfig) -> TrainConfig:
+    """Check the composed config against the schemas and this machine (compile mode, backend
+    and options, model name, device, precision): every check that needs no data. The typed
+    config of `cfg`, once every check passed; else the first `ConfigError`."""
     conf = check_schema(cfg)
     check_environment(conf)
     return conf

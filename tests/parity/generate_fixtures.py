@@ -4,7 +4,7 @@
     python -m tests.parity.generate_fixtures
 
 Each fixture holds its inputs (from corpus.py) and what `sweeps` answered; test_sweep_parity.py
-runs the same inputs through trainer.sweep.methods and compares."""
+runs the same inputs through trainer.sweep.search.wandb_sweeps and compares."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from tests.parity import corpus
-from trainer.sweep.engine import plain  # the same conversion the engine applies
+from trainer.sweep.search.classic import plain  # the same conversion the engine applies
 
 FIXTURES = Path(__file__).with_name("fixtures")
 

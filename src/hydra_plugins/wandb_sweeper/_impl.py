@@ -12,19 +12,20 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from trainer import cpu_share
-from trainer.config import ConfigError, flatten, validate
+from trainer.config import ConfigError, flatten
 from trainer.errors import TrainerError, exit_on_error
 from trainer.layout import SweepLayout, conf_dir, default_output_root
-from trainer.sweep import gpu_slots
-from trainer.sweep.command import config_arguments, fixed_overrides
-from trainer.sweep.directory import write_sweep_yaml
-from trainer.sweep.forkable import template_flags
-from trainer.sweep.outcome import agent_failure
-from trainer.sweep.scheduler_checks import check as scheduler_check
-from trainer.sweep.scheduler_checks import definition_dirs, resolve_source
-from trainer.sweep.standby import standby_agents
-from trainer.sweep.translate import TranslationError, build_sweep_config, run_count
-from trainer.sweep.validate import check_sweep
+from trainer.sweep.agents import gpu_slots
+from trainer.sweep.agents.forkable import template_flags
+from trainer.sweep.agents.outcome import agent_failure
+from trainer.sweep.agents.standby import standby_agents
+from trainer.sweep.spec.command import config_arguments, fixed_overrides
+from trainer.sweep.spec.custom_checks import check as scheduler_check
+from trainer.sweep.spec.custom_checks import definition_dirs, resolve_source
+from trainer.sweep.spec.problems import check_sweep
+from trainer.sweep.spec.translate import TranslationError, build_sweep_config, run_count
+from trainer.sweep.store.directory import write_sweep_yaml
+from trainer.validation import validate
 
 BACKENDS = ("local", "wandb")
 
@@ -149,7 +150,7 @@ def trial_config_problems(
     hydra_context: HydraContext,
     gpus_per_trial: int = 1,
 ) -> list[str]:
-    """What trainer.config.validate finds in the trials' fully composed fixed config, and a
+    """What trainer.validation.validate finds in the trials' fully composed fixed config, and a
     global batch that the processes of a multi-GPU trial cannot split evenly."""
     try:
         trial = trial_config(sweep_config, config, hydra_context)
@@ -203,7 +204,7 @@ def dry_run(sweep_config: dict[str, Any], directory: Path) -> None:
 
 
 def _run_server(options: dict[str, Any], config: DictConfig, root: Path) -> dict[str, Any]:
-    from trainer.sweep.backend_wandb import ServerUnavailable, run_server_sweep
+    from trainer.sweep.server import ServerUnavailable, run_server_sweep
 
     logger = config.get("logger") or {}
     try:
@@ -229,7 +230,7 @@ def prewarm_hook(options: dict[str, Any], config: DictConfig, hydra_context: Hyd
     compose them), compiled by the backend before its agents start; None when off."""
     if not options["prewarm"]:
         return None
-    from trainer.cache.prewarm import before_agents
+    from trainer.sweep.prewarm import before_agents
 
     sweep = options["sweep_config"]
     compose = lambda values: trial_config(sweep, config, hydra_context, values)  # noqa: E731
@@ -237,7 +238,7 @@ def prewarm_hook(options: dict[str, Any], config: DictConfig, hydra_context: Hyd
 
 
 def _run_local(options: dict[str, Any], config: DictConfig, root: Path) -> dict[str, Any]:
-    from trainer.sweep.backend_local import run_sweep
+    from trainer.sweep.local import run_sweep
 
     return run_sweep(
         options["sweep_config"],

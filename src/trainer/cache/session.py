@@ -1,13 +1,15 @@
-"""A run's compile-cache session. Before anything compiles: point Inductor at the cache dir,
-start compile.trace, put this machine's part of the sweep's bundle in place and watch which
-cache entries the run touches. When the run ends: add what the bundle lacks, record the
-workload, and say why an expected cache hit missed (the key part that differs)."""
+"""A run's compile-cache session, the one interface training calls. Before anything compiles
+(Inductor already pointed at the cache dir): put this machine's part of the sweep's bundle in
+place and watch which cache entries the run touches. When the run ends: add what the bundle
+lacks, record the workload, and say why an expected cache hit missed (the key part that
+differs); then the hooks the run registered (compile.trace's report) run."""
 
 from __future__ import annotations
 
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,6 @@ from trainer.cache.bundle import Bundle
 from trainer.cache.env import WANDB, bundle_setting
 from trainer.cache.key import describe, differences, key_id, machine_key
 from trainer.cache.workload import label, workload, workload_id
-from trainer.compiling import configure_cache, trace
 from trainer.config import TrainConfig
 from trainer.layout import BundleLayout, RunLayout
 
@@ -41,8 +42,8 @@ class CacheSession:
     expected: str | None = None  # "bundle" / "cache": had this workload for this key before
     elsewhere: list[str] = field(default_factory=list)  # key parts of the closest other machine
     notice: str | None = None
-    tracing: bool = False
     report: dict[str, Any] | None = None
+    on_close: list[Callable[[], Any]] = field(default_factory=list)  # run once, at close
 
     @property
     def active(self) -> bool:
@@ -59,18 +60,13 @@ class CacheSession:
 
 
 def open_session(
-    conf: TrainConfig, layout: RunLayout, device: Any, *, is_main: bool = True
+    conf: TrainConfig, layout: RunLayout, device: Any, root: Path | None, *, is_main: bool = True
 ) -> CacheSession:
-    """Set up the run's compile cache before anything compiles (see the module)."""
+    """Set up the run's compile cache in `root` (the cache dir Inductor was pointed at; None:
+    torch's default) before anything compiles (see the module)."""
     entries.stop_watching()  # a previous run of this process (tests, multiruns) is over
-    trace.abandon()
-    session = CacheSession(configure_cache(conf.compile), layout, conf, is_main)
-    if conf.compile.disable:
-        return session
-    if conf.compile.trace:
-        trace.start(layout)
-        session.tracing = True
-    if session.root is None:
+    session = CacheSession(root, layout, conf, is_main)
+    if conf.compile.disable or session.root is None:
         return session
     session.key, session.work = machine_key(device), workload(conf)
     start = time.perf_counter()
@@ -126,18 +122,17 @@ def _pull(session: CacheSession) -> None:
 def close_session(
     session: CacheSession, stats: dict[str, Any], run: Any = None
 ) -> dict[str, Any] | None:
-    """Stop watching, add what the run touched to the records and the bundle (rank 0), end
-    the trace; the summary's `compile.cache` section (None when nothing was compiled). Runs
-    once: later calls return the same report."""
+    """Stop watching, add what the run touched to the records and the bundle (rank 0), run the
+    hooks; the summary's `compile.cache` section (None when nothing was compiled). Runs once:
+    later calls return the same report."""
+    hooks, session.on_close = session.on_close, []
     if session.report is not None or not session.active:
-        if session.tracing:
-            session.tracing = False
-            trace.finish(session.layout)
+        for hook in hooks:
+            hook()
         return session.report
     touched = entries.stop_watching()
-    if session.tracing:
-        session.tracing = False
-        trace.finish(session.layout)
+    for hook in hooks:
+        hook()
     kid, wid = session.ids
     files = entries.files_of(touched, entries.cache_files(session.root))  # type: ignore[arg-type]
     record = {

@@ -9,17 +9,18 @@ from pathlib import Path
 
 from trainer.errors import exit_on_error
 from trainer.layout import SweepLayout
-from trainer.sweep import engines, report
-from trainer.sweep.directory import find, known, output_root, sweep_id_of
-from trainer.sweep.store import SweepStore
+from trainer.sweep.report import leaderboard
+from trainer.sweep.search import dispatch
+from trainer.sweep.store.database import SweepStore
+from trainer.sweep.store.directory import find, known, output_root, sweep_id_of
 
 
 def show(sweep: str, root: Path) -> int:
     layout = find("sweep", sweep, root)
     store = SweepStore(layout.db)
-    res = report.write(store, sweep_id_of(store, layout), layout)
-    report.print_leaderboard(res)
-    png = report.plot(store, res, layout.plot)
+    res = leaderboard.write(store, sweep_id_of(store, layout), layout)
+    leaderboard.print_leaderboard(res)
+    png = leaderboard.plot(store, res, layout.plot)
     print(f"wrote {png}")
     return 0
 
@@ -47,14 +48,14 @@ def ls(root: Path) -> int:
         table.add_column(col, overflow="fold")
     for sweep_id, layout in sweeps:
         store = SweepStore(layout.db)
-        res = report.results(store, sweep_id)
+        res = leaderboard.results(store, sweep_id)
         goals = res.get("metrics") or [res["metric"] or {}]
         best = res["best"]
         front = res.get("pareto_front")
         row = [
             sweep_id,
             str(res["method"]),
-            engines.sweep_state(str(store.get("state", "created")), store),
+            dispatch.sweep_state(str(store.get("state", "created")), store),
             _run_count(res["runs"]),
             ", ".join(f"{g.get('name', '-')} ({g.get('goal', '-')})" for g in goals),
             f"{best['metric']:.4g} ({best['id']})" if best else "-",

@@ -1,0 +1,301 @@
+"""The local agent, the offline twin of `wandb agent`: claims runs from the sweep store, runs
+each as a `python -m trainer` process with W&B's agent environment (forked from a pre-imported
+trial template where it can), feeds its per-epoch metrics back, stops runs that hyperband stops
+(SIGTERM), and records how each run ended."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from trainer import cpu_share
+from trainer.cache import env as cache_env
+from trainer.errors import TrainerError
+from trainer.layout import SweepLayout
+from trainer.sweep.agents import cpu_slots, gpu_slots
+from trainer.sweep.agents.trial_start import Launcher, Trial, TrialTemplate
+from trainer.sweep.search import dispatch
+from trainer.sweep.spec.command import expand
+from trainer.sweep.store.database import RunRecord, SweepStore
+from trainer.sweep.store.directory import sweep_id_of
+from trainer.sweep.store.records import BUSY
+from trainer.trial_params import trial_env
+
+POLL_S = 0.25  # how often a running trial's metrics, stop flag and exit are checked
+HEARTBEAT_S = 2.0  # how often the store hears that a run's agent is alive
+KILL_DELAY_S = 30.0  # SIGKILL a stopped run that has not exited this long after SIGTERM
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # forwarded to the running trial
+TAIL_LINES = 30  # log lines kept in the store for a run that did not finish
+DEVICE_WAIT_S = 0.5  # how often an agent whose devices are all taken looks again
+
+
+def _tail(path: Path, lines: int = TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def read_summary(path: Path) -> dict | None:
+    """A run's summary.json, or None when it is missing, unreadable or torn (with a warning)."""
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        print(f"agent: warning: ignoring unreadable summary {path}: {err}", file=sys.stderr)
+        return None
+
+
+def _until_exit(trial: Trial, seconds: float) -> None:
+    """Pause up to `seconds`, returning as soon as the trial exits (seen at once, not a poll
+    interval later)."""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        trial.wait(timeout=seconds)
+
+
+def _final_state(
+    code: int, stop_requested: bool, interrupted: bool = False, stopped: str = "stopped"
+) -> str:
+    """How a trial ended; `stopped` names a run its engine stopped (hyperband: stopped, a
+    scheduler optimizer's pruner: pruned)."""
+    if interrupted:  # the agent was told to stop: the run did not finish, --rerun-crashed reruns it
+        return "finished" if code == 0 else "crashed"
+    if stop_requested and code in (0, 128 + signal.SIGTERM, -signal.SIGTERM, -signal.SIGKILL):
+        return stopped
+    if code == 0:
+        return "finished"
+    if code < 0:  # ended by a signal it did not handle
+        return "crashed"
+    return "failed"
+
+
+class GaveUp(TrainerError):
+    """Too many runs in a row failed: the agent stopped (exit 1); the message names them."""
+
+    exit_code = 1
+
+
+class LocalAgent:
+    """Runs trials of one local sweep, one at a time, until the sweep or `count` ends."""
+
+    def __init__(
+        self,
+        layout: SweepLayout,
+        *,
+        rerun_crashed: bool = False,
+        max_consecutive_failures: int = 5,
+        cpus_per_trial: int | None = None,
+        devices: list[str] | None = None,
+        standby: TrialTemplate | None = None,
+    ) -> None:
+        self.layout = layout
+        self.standby = standby  # the template it started before its sweep existed, if any
+        self.store = SweepStore(layout.db)
+        self.sweep_id = sweep_id_of(self.store, layout)
+        self.config: dict = self.store.config
+        # claims runs and decides stops: classic (grid, random, bayes, hyperband) or optuna/ax
+        self.engine = dispatch.for_sweep(self.store, layout, self.config, self.sweep_id)
+        self.rerun_crashed = rerun_crashed
+        self.max_consecutive_failures = max_consecutive_failures
+        self.signum: int | None = None  # SIGTERM/SIGINT the agent received
+        self._trial: Trial | None = None
+        self.launcher: Launcher | None = None  # starts trials (from the template when it can)
+        self.cpus_per_trial = cpus_per_trial  # None: the sweep's setting, or an equal share
+        self.share: cpu_share.Share | None = None  # this agent's CPUs (cpu_slots.json)
+        # The GPUs its trials may take (the sweep's, or its own --devices); None: not assigned.
+        self.pool = gpu_slots.agent_pool(self.store.get("devices"), devices)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        """Forward SIGTERM/SIGINT to the running trial once (it saves and exits); the watch
+        loop then waits for it, records how it ended, and the agent exits 128 + signum."""
+        trial = self._trial  # read its state only: the watch loop owns poll()
+        if self.signum is None and trial is not None and trial.returncode is None:
+            print(
+                f"agent: {signal.Signals(signum).name} received, stopping the running trial "
+                f"(SIGKILL in {KILL_DELAY_S:g} s if it has not exited)",
+                flush=True,
+            )
+            trial.send_signal(signum)
+        self.signum = self.signum or signum
+
+    def run(self, count: int | None = None) -> int:
+        """Run trials; return 0 when the sweep (or `count`) is done, 128 + signum after
+        SIGTERM/SIGINT (the running trial is stopped and recorded); raise GaveUp after too many
+        failures in a row."""
+        if threading.current_thread() is threading.main_thread():
+            previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS}
+        else:
+            previous = {}
+        try:
+            self.share = cpu_slots.claim_share(
+                self.layout.root,
+                per_trial=self.cpus_per_trial,
+                stop=lambda: self.signum is not None,
+            )
+            if not self.share:
+                return 128 + (self.signum or signal.SIGTERM)
+            self.launcher = Launcher(  # the template's environment is the trials' (bundle too)
+                {**os.environ, **self.share.env(), **cache_env.trial_env(self.layout)},
+                self.share.cores,
+                self.layout.template_log(os.getpid()),
+                command=self.config.get("command"),
+                standby=self.standby,  # the launcher's now: it uses or ends it
+            )
+            self.standby = None
+            return self._run(count)
+        finally:
+            self.engine.close()  # a scheduler optimizer's lease goes to another agent
+            if self.launcher is not None:
+                self.launcher.close()
+            cpu_slots.release_share(self.layout.root)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _run(self, count: int | None) -> int:
+        self.store.mark_lost_runs()
+        done, waited = 0, False
+        failures: list[RunRecord] = []
+        while self.signum is None and (count is None or done < count):
+            run = self.engine.claim(
+                agent_pid=os.getpid(),
+                rerun_crashed=self.rerun_crashed,
+                pool=self.pool,
+                stop=lambda: self.signum is not None,
+            )
+            if run is BUSY:  # every device it may use runs a trial: wait for one to end
+                if not waited:
+                    print("agent: every device it may use runs a trial; waiting", flush=True)
+                waited = True
+                time.sleep(DEVICE_WAIT_S)
+                continue
+            waited = False
+            if run is None and self.signum is not None:  # stopped while waiting for a run
+                return 128 + self.signum
+            if run is None:
+                print(
+                    f"agent: sweep {self.sweep_id} has no more runs to hand out "
+                    f"({done} run(s) by this agent)",
+                    flush=True,
+                )
+                break
+            state = self._run_trial(run)
+            done += 1
+            if self.signum is not None:
+                return 128 + self.signum
+            if state in ("failed", "crashed"):
+                failures.append(self.store.run(run.id))
+                if len(failures) >= self.max_consecutive_failures:
+                    names = "\n".join(
+                        f"  {r.id}: {r.state}, exit code {r.exit_code}, log {r.log_path}"
+                        for r in failures
+                    )
+                    raise GaveUp(
+                        f"agent: {len(failures)} consecutive runs failed, giving up "
+                        f"(max_consecutive_failures={self.max_consecutive_failures}):\n{names}",
+                    )
+            else:
+                failures = []
+        return 0
+
+    def _run_trial(self, run: RunRecord) -> str:
+        files = self.layout.run(run.id)
+        run_dir = files.root
+        log_path = self.layout.log(run.id)
+        params_path = self.layout.params(run.id)
+        for folder in (run_dir, log_path.parent, params_path.parent):
+            folder.mkdir(parents=True, exist_ok=True)
+        argv = expand(self.config, run.params, run_dir)
+        resume = run.resumable  # interrupted: the same run continues from its last.pt
+        argv += ["trainer.resume=auto"] if resume else []
+        env = {
+            **trial_env(self.sweep_id, run.id, run.params, params_path, run_dir),
+            **self.share.env(),
+            **gpu_slots.trial_env(run.devices),
+            **cache_env.trial_env(self.layout),  # the sweep's compile-cache bundle
+        }
+        verb = "resuming" if resume else "starting"
+        where = f" on GPU {','.join(run.devices)}" if run.devices else ""
+        print(f"agent: {verb} run {run.id}{where} with {json.dumps(run.params)}", flush=True)
+        with open(log_path, "a" if resume else "w") as log:
+            log.write(" ".join(argv) + "\n")
+            log.flush()
+            proc = self.launcher.start(argv, env, log, self.share.cores)
+        self._trial = proc
+        if self.signum is not None:  # a signal came while the trial was starting
+            proc.send_signal(self.signum)
+        self.store.update(
+            run.id,
+            pid=proc.pid,
+            run_dir=str(run_dir),
+            log_path=str(log_path),
+            started_at=time.time(),
+        )
+        try:
+            code = self._watch(run.id, proc, files.metrics)
+        except BaseException:  # the agent itself fails (or is interrupted): the run is lost
+            proc.kill()
+            self.store.update(run.id, state="crashed", ended_at=time.time(), pid=None)
+            raise
+        finally:
+            self._trial = None
+        stop_requested = self.store.stop_requested(run.id)
+        state = _final_state(
+            code, stop_requested, self.signum is not None, self.engine.stopped_state
+        )
+        summary = read_summary(files.summary)
+        self.store.update(
+            run.id,
+            state=state,
+            exit_code=code,
+            ended_at=time.time(),
+            summary=summary,
+            log_tail=None if state == "finished" else _tail(log_path),
+        )
+        print(f"agent: run {run.id} {state} (exit code {code}), log {log_path}", flush=True)
+        return state
+
+    def _watch(self, run_id: str, proc: Trial, metrics_path: Path) -> int:
+        """Feed metrics.jsonl into the store as it grows; SIGTERM the run when its engine stops it
+        (hyperband, or a scheduler optimizer's pruner)."""
+        offset, epochs, sigterm_at, beat = 0, 0, None, time.monotonic()
+        while True:
+            code = proc.poll()
+            offset, epochs = self._read_metrics(run_id, metrics_path, offset, epochs)
+            if code is not None:
+                return code
+            if time.monotonic() - beat > HEARTBEAT_S:
+                self.store.heartbeat(run_id)
+                beat = time.monotonic()
+            if sigterm_at is None and self.engine.should_stop(run_id):
+                reason = self.engine.stop_reason
+                print(f"agent: {reason} stops run {run_id} (SIGTERM)", flush=True)
+                proc.send_signal(signal.SIGTERM)
+                sigterm_at = time.monotonic()
+            elif sigterm_at is not None and time.monotonic() - sigterm_at > KILL_DELAY_S:
+                proc.kill()
+            if self.signum is not None and sigterm_at is None:
+                sigterm_at = time.monotonic()  # forwarded by _on_signal: SIGKILL after the delay
+            _until_exit(proc, POLL_S)
+
+    def _read_metrics(self, run_id: str, path: Path, offset: int, epochs: int) -> tuple[int, int]:
+        try:
+            with open(path) as handle:
+                handle.seek(offset)
+                chunk = handle.read()
+        except FileNotFoundError:
+            return offset, epochs
+        complete = chunk[: chunk.rfind("\n") + 1]  # a line still being written waits
+        rows = [json.loads(line) for line in complete.splitlines() if line.strip()]
+        if rows:
+            self.store.add_metrics(run_id, rows, epochs)
+        return offset + len(complete.encode()), epochs + len(rows)

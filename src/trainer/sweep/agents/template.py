@@ -1,0 +1,238 @@
+"""The trial template: a process that has imported what every trial imports (torch, torchvision,
+Hydra, W&B, the project) and never touched CUDA. Each trial an agent asks for is a fork of it that
+becomes `python -m trainer <args>`: its own PID, session, environment, log, signals and exit code.
+
+    python -m trainer.sweep.agents.template FD [--no-compiler] [--no-wandb]   (from sweep.launch)
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import gc
+import importlib
+import json
+import os
+import runpy
+import select
+import signal
+import socket
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+# What a trial imports before its first step, in import order; none of them touches CUDA or
+# starts a thread that a fork would lose while it holds a lock (torch and OpenBLAS re-create
+# their pools in a child). Inductor's compiler too, unless the sweep never compiles.
+PREIMPORT = (
+    "torch",
+    "torchvision",
+    "torchvision.transforms.v2",
+    "hydra",
+    "omegaconf",
+    "trainer.run",
+    "trainer.validation",
+    "trainer.trial_argv",
+    "trainer.trial_params",
+    "sklearn.datasets",
+)
+TRACKER = ("wandb",)  # unless no trial logs to W&B
+COMPILER = ("torch._dynamo", "torch._inductor.compile_fx")  # unless no trial compiles
+REAP_S = 0.05  # how often ended trials are reaped and reported
+MAX_MESSAGE = 1 << 20  # bytes of one request (argv and environment as JSON)
+
+
+@dataclass
+class Request:
+    """One trial to start: `python -m <module> *args` with this environment, cwd, log and
+    cores (the agent asks only for `trainer`)."""
+
+    module: str
+    args: list[str]
+    env: dict[str, str]
+    cwd: str
+    cores: list[int]
+    log_fd: int
+
+
+def send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
+    """One message (a SOCK_SEQPACKET packet of JSON), with file descriptors when given."""
+    data = json.dumps(message).encode()
+    if fds:
+        socket.send_fds(sock, [data], fds)
+    else:
+        sock.send(data)
+
+
+def receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
+    """The next message and the descriptors it carried; (None, []) once the peer is gone."""
+    data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, 4)
+    if not data:
+        for fd in fds:
+            os.close(fd)
+        return None, []
+    return json.loads(data), list(fds)
+
+
+def receive_nowait(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
+    """`receive`, raising BlockingIOError when no message is waiting."""
+    sock.setblocking(False)
+    try:
+        return receive(sock)
+    finally:
+        sock.setblocking(True)
+
+
+def _reap(children: set[int], sock: socket.socket) -> None:
+    for pid in list(children):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            children.discard(pid)
+            send(sock, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+def serve(sock: socket.socket) -> Request | None:
+    """Fork a trial for every request until the agent closes its end (None, in the template);
+    in a forked child, return its request."""
+    children: set[int] = set()
+    while True:
+        readable, _, _ = select.select([sock], [], [], REAP_S)
+        _reap(children, sock)
+        if not readable:
+            continue
+        message, fds = receive(sock)
+        if message is None:
+            return None  # the agent ended (or died): running trials live on, as with Popen
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if "log" in message:  # a standby agent's template: its log, now that the sweep exists
+            os.dup2(fds[0], 1)
+            os.dup2(fds[0], 2)
+            os.close(fds[0])
+            continue
+        pid = os.fork()
+        if pid == 0:
+            return Request(
+                module=message["module"],
+                args=message["args"],
+                env=message["env"],
+                cwd=message["cwd"],
+                cores=message.get("cores") or [],
+                log_fd=fds[0],
+            )
+        for fd in fds:
+            os.close(fd)
+        children.add(pid)
+        send(sock, {"started": pid})
+
+
+def become_trial(
+    request: Request, sock: socket.socket, set_by_imports: dict[str, str] | None = None
+) -> None:
+    """In the forked child: the process `subprocess.Popen(argv, env=..., stdout=log,
+    stderr=STDOUT, start_new_session=True)` would have started, minus the imports (whose
+    environment defaults `set_by_imports` it gets, as their import would set them)."""
+    sock.close()
+    os.setsid()
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+        signal.signal(signum, signal.SIG_DFL)
+    os.dup2(request.log_fd, 1)
+    os.dup2(request.log_fd, 2)
+    os.close(request.log_fd)
+    os.chdir(request.cwd)
+    os.environ.clear()
+    os.environ.update(request.env)
+    for key, value in (set_by_imports or {}).items():
+        os.environ.setdefault(key, value)
+    if request.cores and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, request.cores)
+    if "numpy" in sys.modules:  # a fresh process seeds numpy's global generator from the OS
+        sys.modules["numpy"].random.seed()
+    sys.argv = ["-m", *request.args]  # runpy puts the module's file first, as `-m` does
+
+
+def _preimports(flags: list[str]) -> list[str]:
+    """PREIMPORT, then TRACKER and COMPILER unless the flags say no trial of the sweep needs them."""
+    return [
+        *PREIMPORT,
+        *([] if "--no-wandb" in flags else TRACKER),
+        *([] if "--no-compiler" in flags else COMPILER),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    sock = socket.socket(fileno=int(argv[0]))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the agent decides when the template ends
+    before = dict(os.environ)
+    try:
+        for name in _preimports(argv):
+            importlib.import_module(name)
+        name = "Hydra's plugins"  # discovered (each plugin imported) once for all trials
+        importlib.import_module("hydra.core.plugins").Plugins.instance()
+    except Exception as err:  # reported to the agent, which then starts trials as processes
+        send(sock, {"error": f"importing {name} failed: {type(err).__name__}: {err}"})
+        return 1
+    # Variables the imports set (scikit-learn's KMP_* defaults): a new process's imports would
+    # set them again, a fork's do not, so each trial gets them as defaults.
+    set_by_imports = {k: v for k, v in os.environ.items() if before.get(k) != v}
+    # Every object so far lives as long as the template: a trial's garbage collections skip
+    # them instead of touching (and so copying) every page the fork shares with the template.
+    gc.collect()
+    gc.freeze()
+    send(sock, {"ready": os.getpid(), "python": sys.executable, "set_by_imports": set_by_imports})
+    request = serve(sock)
+    if request is None:  # nothing to write or close: skip the teardown of a torch process
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    become_trial(request, sock, set_by_imports)
+    os._exit(
+        run_as_main(request.module)
+    )  # the trial's exit, without tearing down the template's modules
+
+
+def _exit_code(exc: SystemExit) -> int:
+    """The status Python exits with for this SystemExit (None: 0, an int, else 1 + message)."""
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code & 0xFF
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
+def run_as_main(module: str) -> int:
+    """`python -m <module>` in this (forked) process, ended as Python ends a program: non-daemon
+    threads joined, atexit handlers run, streams flushed. What Python would do next, tearing
+    down every module, is skipped: in a fork it copies the template's memory page by page
+    (about 2 s here) and changes nothing the trial wrote."""
+    interrupted = False
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as exc:
+        code = _exit_code(exc)
+    except KeyboardInterrupt:
+        sys.excepthook(*sys.exc_info())
+        code, interrupted = 128 + signal.SIGINT, True
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    # What Python's exit runs, in its order; neither step has a public name. The first calls
+    # threading's exit hooks (thread pools' shutdown) and joins non-daemon threads.
+    threading._shutdown()  # type: ignore[attr-defined]
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # closed or broken: Python ignores it too
+            stream.flush()
+    if interrupted:  # Python ends on an uncaught KeyboardInterrupt by SIGINT itself
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

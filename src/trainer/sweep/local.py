@@ -1,0 +1,145 @@
+"""The local (offline) backend: create or reopen a sweep in its directory (`hydra.sweep.dir`, or
+<root>/sweeps/<id>/), run local agent processes on it until it ends, then report (leaderboard,
+results.json, best.yaml)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from trainer.errors import TrainerError
+from trainer.layout import SweepLayout
+from trainer.sweep.agents.gpu_slots import DevicePlan
+from trainer.sweep.agents.outcome import INTERRUPT_CODES
+from trainer.sweep.agents.standby import StandbyAgents, agent_env
+from trainer.sweep.report import leaderboard
+from trainer.sweep.search import dispatch
+from trainer.sweep.store.database import SweepStore
+from trainer.sweep.store.directory import (
+    create,
+    find,
+    join_command,
+    new_id,
+    sweep_id_of,
+    write_sweep_yaml,
+)
+
+
+def _agent_argv(
+    layout: SweepLayout, count: int | None, rerun_crashed: bool, max_consecutive_failures: int
+) -> list[str]:
+    argv = [
+        sys.executable,
+        "-m",
+        "trainer.agent",
+        str(layout.root),  # by directory: wherever the sweep lives
+        "--max-consecutive-failures",
+        str(max_consecutive_failures),
+        "--no-report",  # run_sweep reports once, after all its agents
+    ]
+    if count is not None:
+        argv += ["--count", str(count)]
+    if rerun_crashed:
+        argv.append("--rerun-crashed")
+    return argv
+
+
+def _create(
+    config: dict, root: Path, directory: Path | None
+) -> tuple[str, SweepLayout, SweepStore]:
+    sweep_id = new_id()
+    layout = create(root, sweep_id, directory)
+    store = SweepStore(layout.db)
+    store.set("config", config)
+    store.set("sweep_id", sweep_id)
+    store.set("created_at", time.time())
+    write_sweep_yaml(config, layout.yaml)
+    print(f"sweep {sweep_id}: created {layout.root}", flush=True)
+    return sweep_id, layout, store
+
+
+def _reopen(
+    sweep_id: str, root: Path, directory: Path | None
+) -> tuple[str, SweepLayout, SweepStore]:
+    """The sweep to resume: the one in hydra.sweep.dir when that holds one, else found by id."""
+    if directory is not None and SweepLayout(directory).exists():
+        layout = SweepLayout(Path(directory).resolve())
+    else:
+        layout = find("hydra.sweeper.sweep_id", sweep_id, root)
+    store = SweepStore(layout.db)
+    found = sweep_id_of(store, layout)
+    if found != sweep_id and Path(sweep_id).expanduser().resolve() != layout.root:
+        store.close()
+        raise TrainerError(
+            f"hydra.sweeper.sweep_id={sweep_id}: hydra.sweep.dir={layout.root} holds sweep "
+            f"{found}; resume that one with hydra.sweeper.sweep_id={found}, or drop "
+            "hydra.sweep.dir to find the sweep by its id."
+        )
+    lost = store.mark_lost_runs()
+    print(
+        f"sweep {found}: resuming {layout.root}"
+        + (f" ({len(lost)} lost run(s) marked crashed: {', '.join(lost)})" if lost else ""),
+        flush=True,
+    )
+    return found, layout, store
+
+
+def run_sweep(
+    config: dict,
+    *,
+    root: str | Path,
+    sweep_id: str | None = None,
+    directory: str | Path | None = None,
+    agents: int = 1,
+    count: int | None = None,
+    rerun_crashed: bool = False,
+    max_consecutive_failures: int = 5,
+    cpus_per_trial: int | None = None,
+    devices: DevicePlan | None = None,
+    before_agents: Callable[[SweepLayout], None] | None = None,
+    standby: StandbyAgents | None = None,
+) -> dict:
+    """Create (sweep_id None) or reopen (sweep_id given) the local sweep in `directory` (the
+    user's hydra.sweep.dir) or <root>/sweeps/<sweep_id>/, run `agents` local agent processes
+    (each at most `count` trials; trials get GPUs from `devices`) until the sweep ends, print
+    the leaderboard, write results.json and best.yaml, and return the results dict.
+    `before_agents(layout)` runs first (hydra.sweeper.prewarm). The agents are `standby`'s
+    when it started them for this sweep's count, root and CPU share."""
+    root = Path(root).resolve()
+    directory = Path(directory).resolve() if directory is not None else None
+    if sweep_id is None:
+        sweep_id, layout, store = _create(config, root, directory)
+    else:
+        sweep_id, layout, store = _reopen(sweep_id, root, directory)
+    store.set("state", "running")
+    if devices is not None:  # the GPUs its agents hand out (gpu_slots), this command's choice
+        store.set("devices", devices.to_dict())
+    hint = join_command(sweep_id, root, layout.root)
+    print(f"sweep {sweep_id}: join from another terminal with {hint}", flush=True)
+    if before_agents is not None:
+        before_agents(layout)
+    argv = _agent_argv(layout, count, rerun_crashed, max_consecutive_failures)
+    n = max(agents, 1)  # agent i of n takes slot i of the CPUs (trainer.sweep.agents.cpu_slots)
+    procs = standby.start(argv, n, root, cpus_per_trial) if standby is not None else None
+    if procs is None:
+        procs = [
+            subprocess.Popen(argv, env=agent_env(root, i, n, cpus_per_trial)) for i in range(n)
+        ]
+    try:
+        codes = [p.wait() for p in procs]
+    except KeyboardInterrupt:  # Ctrl-C reached the agents too: each stops and records its trial
+        codes = [p.wait() for p in procs]
+    interrupted = [c for c in codes if c in INTERRUPT_CODES]
+    gave_up = any(code != 0 and code not in INTERRUPT_CODES for code in codes)
+    running = [r for r in store.runs() if r.state == "running"]
+    state = "failed" if gave_up else ("running" if running else "finished")
+    state = "interrupted" if interrupted and not gave_up else state
+    store.set("state", dispatch.sweep_state(state, store).split(" ")[0])
+    res = leaderboard.write(store, sweep_id, layout)
+    res["agent_exit_codes"] = codes
+    leaderboard.print_leaderboard(res)
+    store.close()
+    return res

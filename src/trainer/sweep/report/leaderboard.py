@@ -1,0 +1,250 @@
+"""What a local sweep produced: the leaderboard table, results.json, best.yaml (sweep.png: see
+report_plot); multi-objective sweeps rank and mark their Pareto front."""
+
+from __future__ import annotations
+
+import json
+import math
+import textwrap
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from trainer.layout import SweepLayout, write_text_atomic
+from trainer.sweep.report import pareto
+from trainer.sweep.report.plot import figure as figure
+from trainer.sweep.report.plot import plot as plot
+from trainer.sweep.search import classic, dispatch
+from trainer.sweep.spec.command import fixed_overrides
+from trainer.sweep.store.database import RunRecord, SweepStore
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+
+def _compile_info(summary: dict | None) -> dict[str, Any]:
+    if not summary:
+        return {}
+    info: dict[str, Any] = {}
+    perf = summary.get("perf") or {}
+    if "compile_s" in perf:
+        info["compile_s"] = perf["compile_s"]
+    section = summary.get("compile") or {}
+    if "enabled" in section:
+        info["compiled"] = bool(section["enabled"])
+    for key, value in section.items():
+        if "cache_hit" in key or "cache_miss" in key:
+            info[key] = value
+    return info
+
+
+def _rank_key(metric: dict | None):
+    sign = -1.0 if metric and metric.get("goal", "minimize") == "maximize" else 1.0
+
+    def key(entry: dict) -> tuple:
+        value = entry["metric"]
+        ok = value is not None and not (isinstance(value, float) and math.isnan(value))
+        return (0 if ok else 1, sign * value if ok else 0.0)
+
+    return key
+
+
+def failure_reason(log_tail: str | None) -> str | None:
+    """Why a run failed, from the end of its log: the last error line (an exception, CUDA out
+    of memory), else its last line."""
+    lines = [line.strip() for line in (log_tail or "").splitlines() if line.strip()]
+    for line in reversed(lines):
+        if "Error" in line or "out of memory" in line:
+            return line[:200]
+    return lines[-1][:200] if lines else None
+
+
+def _entry(r: RunRecord, goals: list[dict[str, Any]], multi: bool) -> dict[str, Any]:
+    values = [classic.metric_value(r, goal) for goal in goals]
+    entry = {
+        "id": r.id,
+        "state": r.state,
+        "params": r.params,
+        "metric": values[0] if values else None,
+        "run_dir": r.run_dir,
+        "exit_code": r.exit_code,
+        "reason": failure_reason(r.log_tail) if r.state in ("failed", "crashed") else None,
+        "devices": r.devices or [],
+        "log": r.log_path,
+        "duration_s": r.duration_s,
+        "epochs": len(r.history),
+        **_compile_info(r.summary),
+    }
+    if multi:
+        entry["objectives"] = {goal["name"]: v for goal, v in zip(goals, values, strict=True)}
+    return entry
+
+
+def results(store: SweepStore, sweep_id: str) -> dict[str, Any]:
+    """The results dict (also results.json): every run, ranked by the sweep metric; with
+    multi-objective `metrics`, the Pareto front (finished runs) first, marked `pareto`."""
+    config = store.config
+    metric, goals = config.get("metric"), pareto.objectives(config)
+    multi = isinstance(config.get("metrics"), list)
+    runs = [_entry(r, goals, multi) for r in store.runs() if not r.superseded]
+    res: dict[str, Any] = {
+        "sweep_id": sweep_id,
+        "backend": "local",
+        "engine": dispatch.engine_name(config),  # which code decided the runs
+        "method": config.get("method"),
+        "metric": metric,
+    }
+    if multi:
+        finished = {
+            e["id"]: list(e["objectives"].values()) for e in runs if e["state"] == "finished"
+        }
+        on_front = set(pareto.front(finished, goals))
+        rank = _rank_key(goals[0] if goals else None)
+        for e in runs:
+            e["pareto"] = e["id"] in on_front
+        runs.sort(key=lambda e: (not e["pareto"], *rank(e)))
+        res["metrics"] = goals
+        res["pareto_front"] = [e for e in runs if e["pareto"]]
+        return {**res, "runs": runs, "best": None}
+    runs.sort(key=_rank_key(metric))
+    ranked = [e for e in runs if e["metric"] is not None and e["state"] in ("finished", "stopped")]
+    return {**res, "runs": runs, "best": ranked[0] if ranked else None}
+
+
+def best_overrides(config: dict, best: dict | None) -> list[str]:
+    """The arguments of `python -m trainer` that reproduce the best run: the trials' fixed
+    arguments (the user's config dir and name, fixed overrides) + its parameters."""
+    if best is None:
+        return []
+    from trainer.trial_argv import hydra_value
+
+    params = [f"{key}={hydra_value(value)}" for key, value in best["params"].items()]
+    return [*fixed_overrides(config), *params]
+
+
+def _best_text(config: dict, sweep_id: str, res: dict[str, Any]) -> str:
+    """best.yaml: the overrides of the best run (its command on the first line), or with
+    `metrics` those of every Pareto-optimal run, keyed by run id (one command line each)."""
+    front = res.get("pareto_front")
+    if front is None:
+        overrides = best_overrides(config, res["best"])
+        if not overrides:
+            return f"# Sweep {sweep_id} has no finished run with a metric yet.\n"
+        header = f"# Best run of sweep {sweep_id}: python -m trainer " + " ".join(overrides)
+        return header + "\n" + yaml.safe_dump(overrides, sort_keys=False)
+    if not front:
+        return f"# Sweep {sweep_id} has no finished run with every objective yet.\n"
+    names = ", ".join(m["name"] for m in res["metrics"])
+    doc = {e["id"]: best_overrides(config, e) for e in front}
+    lines = [f"# The {len(front)} Pareto-optimal run(s) of sweep {sweep_id} ({names}):"]
+    lines += [f"# {key}: python -m trainer " + " ".join(ov) for key, ov in doc.items()]
+    return "\n".join(lines) + "\n" + yaml.safe_dump(doc, sort_keys=False)
+
+
+def write(store: SweepStore, sweep_id: str, layout: SweepLayout) -> dict[str, Any]:
+    """Write results.json and best.yaml into the sweep directory (atomically: several agents
+    refresh them); return the results."""
+    res = results(store, sweep_id)
+    write_text_atomic(layout.results, json.dumps(res, indent=2, default=str))
+    write_text_atomic(layout.best, _best_text(store.config, sweep_id, res))
+    return res
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _cache_hits(entry: dict[str, Any]) -> str:
+    """'hits/misses' of the compile caches (FX graph, AOTAutograd) in one run; '-' if eager."""
+    if not entry.get("compiled"):
+        return "-"
+
+    def total(kind: str) -> int:
+        return int(sum(v for k, v in entry.items() if kind in k and isinstance(v, int | float)))
+
+    return f"{total('cache_hit')}/{total('cache_miss')}"
+
+
+def _params(entry: dict[str, Any]) -> str:
+    return " ".join(f"{k}={_fmt(v)}" for k, v in entry["params"].items())
+
+
+def _metric_cells(res: dict[str, Any], e: dict[str, Any]) -> list[str]:
+    """The metric cell(s) of a run: one per objective, and the Pareto mark, with `metrics`."""
+    if "pareto_front" not in res:
+        return ["-" if e["metric"] is None else _fmt(e["metric"])]
+    values = ["-" if v is None else _fmt(v) for v in e["objectives"].values()]
+    return [*values, "*" if e["pareto"] else ""]
+
+
+def leaderboard(res: dict[str, Any], *, with_params: bool) -> Table:
+    """The leaderboard table: rank, run, metric (each objective and a Pareto mark for a
+    multi-objective sweep), state, duration, compile time, cache hits; the parameters as a
+    last column when `with_params`."""
+    from rich.table import Table
+
+    metric = res["metric"] or {}
+    names = [metric.get("name", "metric")]
+    if "pareto_front" in res:
+        names = [*(m["name"] for m in res["metrics"]), "pareto"]
+    table = Table(title=f"sweep {res['sweep_id']} ({res.get('method')})")
+    gpus = any(e.get("devices") for e in res["runs"])
+    for col in ("rank", "run", *names, "state", "time", "compile_s"):
+        table.add_column(col, no_wrap=True)
+    if gpus:
+        table.add_column("gpu", no_wrap=True)
+    table.add_column("cache hit/miss", no_wrap=True)
+    if with_params:
+        table.add_column("params", overflow="fold")
+    for i, e in enumerate(res["runs"], start=1):
+        dur = e.get("duration_s")
+        table.add_row(
+            str(i),
+            e["id"],
+            *_metric_cells(res, e),
+            e["state"],
+            "-" if dur is None else f"{dur:.1f}s",
+            "-" if e.get("compile_s") is None else f"{e['compile_s']:.2f}",
+            *([",".join(e.get("devices") or ()) or "-"] * gpus),
+            _cache_hits(e),
+            *([_params(e)] * with_params),
+        )
+    return table
+
+
+def print_leaderboard(res: dict[str, Any], console: Console | None = None) -> None:
+    """The leaderboard on the console. The parameters share the table when they fit its width
+    unbroken; otherwise (a narrow terminal, a log file: 80 columns) each run's parameters follow
+    the table on their own line, so no column is squeezed to a few characters."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    console = console or Console()
+    table = leaderboard(res, with_params=True)
+    unbounded = console.options.update_width(10_000)  # the table's natural width, unwrapped
+    fits = Measurement.get(console, unbounded, table).maximum <= console.width
+    console.print(table if fits else leaderboard(res, with_params=False))
+    if not fits and res["runs"]:
+        console.print("parameters:")
+        for i, e in enumerate(res["runs"], start=1):
+            lead = f"  {i:>2} {e['id']}  "
+            text = textwrap.fill(
+                _params(e),
+                width=max(console.width, len(lead) + 20),
+                initial_indent=lead,
+                subsequent_indent=" " * len(lead),
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+            console.print(text, highlight=False, soft_wrap=True, markup=False)
+    metric = res["metric"] or {}
+    if res["best"]:
+        console.print(
+            f"best: {res['best']['id']}  {metric.get('name')}={_fmt(res['best']['metric'])}"
+        )
+    for e in res.get("pareto_front") or ():
+        values = "  ".join(f"{k}={_fmt(v)}" for k, v in e["objectives"].items())
+        console.print(f"pareto: {e['id']}  {values}")

@@ -1,0 +1,98 @@
+"""Which engine decides a local sweep's runs: the classic engine (W&B's grid, random, bayes and
+hyperband; also `scheduler: {engine: wandb}`) or a W&B scheduler optimizer (optuna, ax), behind
+one interface for the agent: claim the next run, say whether to stop a running one."""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from trainer.layout import SweepLayout
+from trainer.sweep.search import classic
+from trainer.sweep.spec.custom_method import LIBRARY, drives_optimizer, engine_of
+from trainer.sweep.store.database import RunRecord, SweepStore
+from trainer.sweep.store.directory import new_id
+from trainer.sweep.store.records import Busy
+
+
+class ClassicEngine:
+    """W&B's classic semantics (trainer.sweep.search.classic), decided inside the claim transaction."""
+
+    stopped_state = "stopped"  # a run hyperband stops
+    stop_reason = "early_terminate"
+
+    def __init__(self, store: SweepStore, config: dict) -> None:
+        self.store, self.config = store, config
+        self.early_terminate = bool(config.get("early_terminate"))
+
+    def claim(
+        self, *, agent_pid: int, rerun_crashed: bool, stop: Any, pool: Any = None
+    ) -> RunRecord | Busy | None:
+        return self.store.claim(
+            lambda runs: classic.next_params(self.config, runs),
+            new_id=new_id,
+            agent_pid=agent_pid,
+            rerun_crashed=rerun_crashed,
+            pool=pool,
+        )
+
+    def should_stop(self, run_id: str) -> bool:
+        """Hyperband's decision for every running run, recorded; whether `run_id` is to stop."""
+        if not self.early_terminate:
+            return False
+        to_stop = classic.runs_to_stop(self.config, self.store.runs())
+        if to_stop:
+            self.store.request_stop(to_stop)
+        return self.store.stop_requested(run_id)
+
+    def close(self) -> None:
+        return None
+
+
+def for_sweep(
+    store: SweepStore, layout: SweepLayout, config: dict, sweep_id: str
+) -> ClassicEngine | Any:
+    """The engine of this sweep configuration."""
+    if drives_optimizer(config):
+        from trainer.sweep.search.suggest.driver import SchedulerEngine
+
+        return SchedulerEngine(store, layout, config, sweep_id)
+    return ClassicEngine(store, config)
+
+
+def _release(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def engine_name(config: dict) -> str:
+    """Which code decided the runs, as results.json records it."""
+    if not drives_optimizer(config):
+        return classic.engine_name()
+    library = LIBRARY[str(engine_of(config))]
+    package = "ax-platform" if library == "ax" else library
+    return (
+        f"W&B scheduler optimizer, engine {engine_of(config)} ({package} {_release(package)}, "
+        f"wandb {_release('wandb')})"
+    )
+
+
+def sweep_state(stored: str, store: SweepStore) -> str:
+    """The state `ls` shows (see classic.sweep_state); a scheduler-driven sweep is finished when
+    its optimizer said the search is over (or run_cap is reached) and nothing is queued."""
+    config, runs = store.config, store.runs()
+    if not drives_optimizer(config):
+        return classic.sweep_state(stored, config, runs)
+    if stored not in ("finished", "stopped"):
+        return stored
+    live = [r for r in runs if not r.superseded]
+    if any(r.state == "running" for r in live):
+        return "running"
+    from trainer.sweep.store.suggestions import SuggestionQueue
+
+    cap = config.get("run_cap")
+    if SuggestionQueue(store).over() is not None or (cap is not None and len(live) >= cap):
+        return "finished"
+    return f"stopped ({len(live)}/{cap} runs)" if cap else f"stopped ({len(live)} runs, more left)"

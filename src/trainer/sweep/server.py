@@ -1,0 +1,223 @@
+"""`backend=wandb`: create (or join) the sweep on the W&B server and run `wandb agent`s here."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from trainer import cpu_share
+from trainer.layout import SweepLayout
+from trainer.sweep.agents import gpu_slots
+from trainer.sweep.agents.gpu_slots import DevicePlan
+from trainer.sweep.store.directory import write_sweep_yaml
+
+DEFAULT_BASE_URL = "https://api.wandb.ai"
+PROBE_TIMEOUT_S = 3.0
+SCHEDULER_STOP_S = 30.0  # the scheduler finishes its step after SIGINT, or is killed
+
+
+class ServerUnavailable(RuntimeError):
+    """No API key, or the W&B server cannot be reached; nothing was started."""
+
+
+def base_url() -> str:
+    return os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL
+
+
+@contextlib.contextmanager
+def _fresh_online_wandb(url: str) -> Iterator[None]:
+    """wandb set up anew from the environment, online for `url` (wandb.login refuses to look
+    for credentials in offline mode) and silenced; torn down afterwards, so that neither the
+    credentials found nor the mode outlive the check. Never under a live run."""
+    import wandb
+
+    saved = {k: os.environ.get(k) for k in ("WANDB_MODE", "WANDB_BASE_URL")}
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        wandb.teardown()  # settings file and environment are read again by the next login
+        os.environ.update(WANDB_MODE="online", WANDB_BASE_URL=url)
+        try:
+            yield
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            wandb.teardown()
+
+
+def api_key_present(url: str, *, verify: bool = False) -> bool:
+    """Whether wandb finds an API key for `url` where `wandb login` and W&B users keep it:
+    WANDB_API_KEY, W&B's settings file (api_key) or ~/.netrc. With `verify`, the server must
+    also accept it. A malformed or refused key raises ServerUnavailable naming the fix."""
+    import wandb
+    from wandb.errors import AuthenticationError
+
+    if wandb.run is not None:  # a live run in this process: it already has its credentials
+        return True
+    try:
+        with _fresh_online_wandb(url):
+            return bool(wandb.login(verify=verify, prompt=False))
+    except AuthenticationError as error:
+        raise ServerUnavailable(
+            f"hydra.sweeper.backend=wandb: the W&B API key for {url} is not valid ({error}). "
+            "Fix WANDB_API_KEY or run `wandb login --relogin` (or use hydra.sweeper.backend=local "
+            "to sweep offline)."
+        ) from None
+
+
+def reachable(url: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
+    """One TCP connection to the server within `timeout` seconds, no retries."""
+    parsed = urlparse(url)
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+
+    def connect() -> bool:
+        try:
+            with socket.create_connection((parsed.hostname, port), timeout=timeout):
+                return True
+        except OSError:
+            return False
+
+    # Name resolution ignores socket timeouts; a daemon thread bounds the whole probe.
+    result: list[bool] = []
+    probe = threading.Thread(target=lambda: result.append(connect()), daemon=True)
+    probe.start()
+    probe.join(timeout + 1.0)
+    return bool(result and result[0])
+
+
+def preflight(url: str | None = None) -> None:
+    """Raise ServerUnavailable (within a few seconds) unless a key is set and the server answers."""
+    url = url or base_url()
+    if not api_key_present(url):
+        raise ServerUnavailable(
+            f"hydra.sweeper.backend=wandb needs a W&B API key for {url}: run `wandb login`, "
+            "set WANDB_API_KEY or api_key in W&B's settings file (or use hydra.sweeper.backend=local to sweep offline)."
+        )
+    if not reachable(url):
+        raise ServerUnavailable(
+            f"hydra.sweeper.backend=wandb cannot reach {url} within {PROBE_TIMEOUT_S:g} s: check "
+            "the network or WANDB_BASE_URL (or use hydra.sweeper.backend=local to sweep offline "
+            "and `wandb sync` the runs later)."
+        )
+
+
+def agent_command(path: str, count: int | None) -> list[str]:
+    """The `wandb agent` command line one agent process runs."""
+    command = [sys.executable, "-m", "wandb", "agent"]
+    if count is not None:
+        command += ["--count", str(count)]
+    return [*command, path]
+
+
+def _stop_scheduler(process: subprocess.Popen) -> int:
+    """Ask the scheduler to finish its step (SIGINT, as Ctrl-C), SIGKILL it after a while."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            return process.wait(timeout=SCHEDULER_STOP_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    return process.wait()
+
+
+def _start_agents(
+    path: str,
+    count: int | None,
+    agents: int,
+    env: dict[str, str],
+    cpus_per_trial: int | None,
+    slots: list[list[str]],
+) -> list[subprocess.Popen]:
+    """`agents` wandb agent processes, each on its CPU share and (with devices) its slot's GPUs."""
+    processes = []
+    shares = cpu_share.plan_shares(cpu_share.process_limits(), agents, cpus_per_trial)[:agents]
+    for i, share in enumerate(shares):
+        gpus = gpu_slots.trial_env(slots[i % len(slots)] if slots else None)
+        with cpu_share.inherited_affinity(share.cores):  # its trials inherit the cores and env
+            processes.append(
+                subprocess.Popen(agent_command(path, count), env={**env, **share.env(), **gpus})
+            )
+    return processes
+
+
+def _announce(sweep_id: str, path: str, slots: list[list[str]]) -> None:
+    """The lines other machines run: `wandb agent`, and one per GPU slot of this machine."""
+    print(f"sweep {sweep_id} on {base_url()}; run agents anywhere with:\n  wandb agent {path}")
+    if slots:  # one agent per device slot, as this command starts them here
+        print("one per GPU slot of a machine like this one:")
+        for slot in slots:
+            print(f"  {gpu_slots.ENV}={','.join(slot)} wandb agent {path}")
+
+
+def _maybe_scheduler(
+    config: dict[str, Any], path: str, agents: int, created: bool, env: dict[str, str]
+) -> subprocess.Popen | None:
+    """`wandb sweep-scheduler` beside the agents, for a sweep with a `scheduler:` block that
+    this command created and runs agents for (its line printed for the record)."""
+    if config.get("scheduler") is None:
+        return None
+    from trainer.sweep.search.suggest.wandb_door import scheduler_command
+
+    command = scheduler_command(path, max(agents, 1))
+    print(
+        "its runs come from W&B's sweep scheduler, on one machine only (the command that "
+        f"creates the sweep with agents starts it):\n  {' '.join(command[2:])}",
+        flush=True,
+    )
+    return subprocess.Popen(command, env=env) if agents > 0 and created else None
+
+
+def run_server_sweep(
+    config: dict[str, Any],
+    *,
+    project: str | None,
+    entity: str | None,
+    sweep_id: str | None,
+    agents: int | None,
+    count: int | None,
+    root: Path,
+    directory: Path | None = None,
+    cpus_per_trial: int | None = None,
+    devices: DevicePlan | None = None,
+    before_agents: Callable[[SweepLayout], None] | None = None,
+) -> dict[str, Any]:
+    """Create the sweep (or join `sweep_id`), print the agent line, run `agents` agents (None:
+    one per device slot), each on its slot's GPUs, and wait. A new sweep's sweep.yaml goes into
+    `directory` (hydra.sweep.dir) or <root>/sweeps/<id>/; `before_agents(layout)` runs before
+    any agent starts (hydra.sweeper.prewarm)."""
+    preflight()
+    import wandb
+
+    created = sweep_id is None  # its creator runs the sweep's scheduler, joiners do not
+    if created:
+        sweep_id = wandb.sweep(config, project=project, entity=entity)
+    layout = SweepLayout(directory) if directory else SweepLayout.under(root, sweep_id)
+    if created:
+        write_sweep_yaml(config, layout.yaml)
+    entity = entity or wandb.Api().default_entity
+    path = f"{entity}/{project}/{sweep_id}"
+    slots = gpu_slots.fixed_slots(devices)
+    _announce(sweep_id, path, slots)
+    agents = gpu_slots.agent_count(agents, devices)
+    if before_agents is not None:  # hydra.sweeper.prewarm: artifacts before any agent
+        before_agents(layout)
+    # Trials must report to the server (metrics feed bayes and hyperband): online, whatever
+    # logger.mode says (the environment wins over it).
+    env = {**os.environ, "WANDB_MODE": "online"}
+    scheduler = _maybe_scheduler(config, path, agents, created, env)
+    codes = [p.wait() for p in _start_agents(path, count, agents, env, cpus_per_trial, slots)]
+    result = {"sweep_id": sweep_id, "backend": "wandb", "path": path, "agent_exit_codes": codes}
+    if scheduler is not None:
+        result["scheduler_exit_code"] = _stop_scheduler(scheduler)
+    return result

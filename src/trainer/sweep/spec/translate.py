@@ -1,0 +1,134 @@
+"""Sweep definitions and Hydra sweep syntax become one W&B sweep configuration (pure functions)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import (
+    ChoiceSweep,
+    IntervalSweep,
+    Override,
+    RangeSweep,
+)
+
+from trainer.sweep.spec.command import template
+from trainer.sweep.spec.distributions import MIN_MAX, grid_points
+
+# The top-level keys of a W&B sweep configuration that the sweeper config carries.
+SWEEP_KEYS = (
+    "name",
+    "description",
+    "method",
+    "metric",
+    "metrics",
+    "scheduler",
+    "early_terminate",
+    "run_cap",
+)
+# Command-line overrides that concern the sweep itself, not the trials.
+_SWEEPER_PREFIXES = ("hydra.sweeper", "hydra/sweeper", "hydra.mode", "hydra.sweep.")
+
+
+class TranslationError(ValueError):
+    """A command-line sweep the W&B schema cannot express."""
+
+
+def flatten_parameters(parameters: dict[str, Any], prefix: str = "") -> dict[str, dict]:
+    """Nested `parameters:` blocks become flat dotted keys ({"a": {"parameters": {"b": s}}} -> {"a.b": s})."""
+    flat: dict[str, dict] = {}
+    for key, spec in (parameters or {}).items():
+        name = f"{prefix}{key}"
+        if isinstance(spec, dict) and "parameters" in spec:
+            flat.update(flatten_parameters(spec["parameters"], f"{name}."))
+        else:
+            flat[name] = dict(spec) if isinstance(spec, dict) else spec
+    return flat
+
+
+def spec_from_override(override: Override) -> dict[str, Any]:
+    """The W&B parameter spec of one Hydra sweep override (`k=a,b`, choice, range, interval)."""
+    value = override.value()
+    if isinstance(value, ChoiceSweep):
+        return {"values": list(value.list)}
+    if isinstance(value, RangeSweep):
+        return {"values": list(override.sweep_iterator())}
+    if isinstance(value, IntervalSweep):
+        start, end = value.start, value.end
+        tags = set(value.tags)
+        if not tags:
+            if isinstance(start, int) and isinstance(end, int):
+                return {"distribution": "int_uniform", "min": start, "max": end}
+            return {"distribution": "uniform", "min": float(start), "max": float(end)}
+        if tags == {"log"}:
+            return {"distribution": "log_uniform_values", "min": start, "max": end}
+        if len(tags) == 1 and next(iter(tags)) in MIN_MAX:
+            return {"distribution": next(iter(tags)), "min": start, "max": end}
+        raise TranslationError(
+            f"{override.input_line}: tag(...) of an interval must be `log` or one of the W&B "
+            f"distributions defined by min/max ({', '.join(MIN_MAX)}); "
+            "write the others (q_*, normal, beta...) in the sweep config's `parameters`."
+        )
+    raise TranslationError(f"{override.input_line}: not a sweep override")
+
+
+def split_overrides(overrides: list[str]) -> tuple[list[str], dict[str, dict]]:
+    """Command-line overrides -> (fixed overrides for every trial, swept parameters).
+
+    Overrides of the sweeper itself (hydra.sweeper.*, hydra.mode) are dropped from both."""
+    parsed = OverridesParser.create().parse_overrides(list(overrides))
+    fixed: list[str] = []
+    swept: dict[str, dict] = {}
+    for override in parsed:
+        if override.input_line.lstrip("+~").startswith(_SWEEPER_PREFIXES):
+            continue
+        if override.is_sweep_override():
+            swept[override.key_or_group] = spec_from_override(override)
+        else:
+            fixed.append(override.input_line)
+    return fixed, swept
+
+
+def sweep_metric(metric: Any) -> Any:
+    """The sweeper's `metric` without its unset keys; None when nothing is set (no metric).
+    Anything but a mapping is passed on for the schema check to name."""
+    if not isinstance(metric, dict):
+        return metric
+    metric = {k: v for k, v in metric.items() if v is not None}
+    return metric or None
+
+
+def build_sweep_config(
+    sweeper: dict[str, Any], overrides: list[str], config_args: list[str] = ()
+) -> dict[str, Any]:
+    """The W&B sweep configuration of a sweeper config plus the command line (which wins);
+    `config_args` (the user's --config-dir/--config-name...) go into every trial's command."""
+    fixed, swept = split_overrides(overrides)
+    fixed_keys = {line.lstrip("+~").split("=", 1)[0] for line in fixed}
+    parameters = {
+        key: spec
+        for key, spec in flatten_parameters(sweeper.get("parameters") or {}).items()
+        if key not in fixed_keys
+    }
+    parameters.update(swept)
+    config: dict[str, Any] = {}
+    for key in SWEEP_KEYS:
+        value = sweep_metric(sweeper.get(key)) if key == "metric" else sweeper.get(key)
+        if value is not None:
+            config[key] = value
+    scheduler = config.get("scheduler")
+    if parameters or not (isinstance(scheduler, dict) and scheduler.get("search_space")):
+        config["parameters"] = parameters  # a define-by-run search space needs none
+    config["command"] = template(fixed, config_args, sweeper.get("gpus_per_trial") or 1)
+    return config
+
+
+def run_count(config: dict[str, Any]) -> int | str:
+    """How many runs the sweep makes: the grid size (capped by run_cap), run_cap, or "unbounded"."""
+    cap = config.get("run_cap")
+    if config.get("method") == "grid":
+        size = 1
+        for spec in flatten_parameters(config.get("parameters", {})).values():
+            size *= grid_points(spec)
+        return min(size, cap) if cap else size
+    return cap if cap else "unbounded"

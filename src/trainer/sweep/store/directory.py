@@ -1,0 +1,117 @@
+"""Where local sweeps live: a sweep's directory (`hydra.sweep.dir` when the user sets it, else
+<output root>/sweeps/<id>/), its id, the link that lets the id find a sweep kept elsewhere,
+the hint that joins it, and its sweep.yaml."""
+
+from __future__ import annotations
+
+import secrets
+import string
+from pathlib import Path
+
+import yaml
+
+from trainer.errors import TrainerError
+from trainer.layout import SweepLayout, default_output_root, write_text_atomic
+from trainer.sweep.store.database import SweepStore
+
+
+class UnknownSweep(TrainerError):
+    """A sweep id or directory with no local sweep store; the message names `key` and the
+    known sweeps (exit 2: nothing ran)."""
+
+    def __init__(self, key: str, value: str, root: str | Path) -> None:
+        sweeps = SweepLayout.sweeps_dir(root)
+        ids = [sweep_id for sweep_id, _ in known(root)]
+        listing = (
+            f"the local sweeps there are: {', '.join(ids)}"
+            if ids
+            else "there are no local sweeps there"
+        )
+        super().__init__(
+            f"{key}={value}: no local sweep {value!r} under {sweeps}, nor a sweep directory "
+            f"(one holding sweep.db) at that path; {listing} (list them with python -m "
+            "trainer.sweep ls). Check the id or the directory, and the output root (--root, or "
+            "TRAINER_OUTPUT_DIR / paths.output_dir)."
+        )
+
+
+def output_root() -> Path:
+    """Where sweeps live by default: conf/paths/default.yaml's output_dir, resolved."""
+    return default_output_root()
+
+
+ID_CHARS = string.ascii_lowercase + string.digits
+
+
+def new_id() -> str:
+    """A short random id as W&B makes them (`wandb.util.generate_id`: 8 base-36 digits from
+    `secrets`), without importing W&B, which an agent may not otherwise need."""
+    return "".join(secrets.choice(ID_CHARS) for _ in range(8))
+
+
+def sweep_id_of(store: SweepStore, layout: SweepLayout) -> str:
+    """The id recorded in the store (sweeps made before ids were recorded: the folder name)."""
+    return store.get("sweep_id") or layout.root.name
+
+
+def create(root: str | Path, sweep_id: str, directory: str | Path | None) -> SweepLayout:
+    """The folder of a new sweep: `directory` (the user's hydra.sweep.dir, linked from
+    <root>/sweeps/<id> so the id finds it) or <root>/sweeps/<id>/. A folder that already holds
+    a sweep is refused."""
+    layout = (
+        SweepLayout(Path(directory).resolve()) if directory else SweepLayout.under(root, sweep_id)
+    )
+    if layout.exists():
+        store = SweepStore(layout.db)
+        other = sweep_id_of(store, layout)
+        store.close()
+        raise TrainerError(
+            f"hydra.sweep.dir={layout.root} already holds sweep {other}: resume it with "
+            f"hydra.sweeper.sweep_id={other}, or set hydra.sweep.dir to a new directory."
+        )
+    layout.root.mkdir(parents=True, exist_ok=True)
+    home = SweepLayout.under(root, sweep_id).root
+    if directory and home.resolve() != layout.root:
+        home.parent.mkdir(parents=True, exist_ok=True)
+        home.symlink_to(layout.root, target_is_directory=True)
+    return layout
+
+
+def find(key: str, value: str | Path, root: str | Path) -> SweepLayout:
+    """The sweep named by `value`: a sweep directory, or an id under <root>/sweeps/ (which may
+    link to the hydra.sweep.dir it was created in). UnknownSweep names `key` otherwise."""
+    path = Path(value).expanduser()
+    if SweepLayout(path).exists():
+        return SweepLayout(path.resolve())
+    by_id = SweepLayout.under(root, str(value))
+    if "/" not in str(value) and by_id.exists():
+        return SweepLayout(by_id.root.resolve())
+    raise UnknownSweep(key, str(value), root)
+
+
+def known(root: str | Path) -> list[tuple[str, SweepLayout]]:
+    """(id, layout) of every local sweep under <root>/sweeps/, oldest first, each once."""
+    found: dict[Path, str] = {}
+    sweeps = SweepLayout.sweeps_dir(root)
+    dbs = sorted(sweeps.glob("*/sweep.db"), key=lambda p: p.stat().st_mtime)
+    for db in dbs:
+        found.setdefault(db.parent.resolve(), db.parent.name)
+    return [(sweep_id, SweepLayout(path)) for path, sweep_id in found.items()]
+
+
+def join_command(sweep_id: str, root: str | Path, directory: str | Path | None = None) -> str:
+    """The command that joins this sweep from another terminal: by id (with --root only when it
+    is not the default), or by directory when the sweep lives in its own hydra.sweep.dir."""
+    if directory is not None:
+        default = SweepLayout.under(root, sweep_id).root
+        if not default.exists() or default.resolve() != Path(directory).resolve():
+            return f"python -m trainer.agent {directory}"
+    command = f"python -m trainer.agent {sweep_id}"
+    if Path(root).resolve() != output_root().resolve():
+        command += f" --root {root}"
+    return command
+
+
+def write_sweep_yaml(config: dict, path: str | Path) -> None:
+    """Write exactly the W&B sweep configuration (what `wandb sweep sweep.yaml` accepts)."""
+    write_text_atomic(path, yaml.safe_dump(config, sort_keys=False))

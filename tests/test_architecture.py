@@ -1,0 +1,226 @@
+"""The shape of src/: which way imports point (training never imports the sweep side, the compile
+cache is a service training calls through one interface), no circle of imports, short
+functions, one error handler, and an `import trainer` that does nothing but define the package."""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import subprocess
+import sys
+from pathlib import Path
+
+import trainer
+
+ROOT = Path(trainer.__file__).parent
+SRC = ROOT.parent
+# The port of W&B's `sweeps` 0.3.0 keeps upstream's files and functions, so that it diffs against
+# the next release: it is exempt from the size rule, and its circles are upstream's.
+PORT = "trainer.sweep.search.wandb_sweeps"
+# The sweep side: the sweep package, its agent command and the Hydra sweeper plugin.
+SWEEP_SIDE = ("trainer.sweep", "trainer.agent", "hydra_plugins.wandb_sweeper")
+# What the training side may import of the compile cache: the session a run opens and closes.
+CACHE_INTERFACE = ("trainer.cache.session", "trainer.cache.workload", "trainer.cache.env")
+# What the compile cache may import of the rest: the schemas, paths and the one error type.
+CACHE_NEEDS = ("trainer.config", "trainer.config_rules", "trainer.errors", "trainer.layout")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(SRC.rglob("*.py"))}
+
+
+def _resolve(name: str) -> str | None:
+    """The project module an import names (`a.b.c` may be the module a.b's attribute c)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imports(module: str) -> set[str]:
+    """Every project module `module` imports, at the top or inside a function (a lazy import is
+    still an arrow); `from pkg import mod` counts as an import of pkg.mod."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            # `from pkg import mod` imports pkg.mod; `from pkg import name` imports pkg itself
+            names = [
+                f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names
+            ]
+        else:
+            continue
+        for name in names:
+            target = _resolve(name)
+            if target and target != module:
+                found.add(target)
+    return found
+
+
+GRAPH = {m: _imports(m) for m in MODULES}
+
+
+def _in(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def _is_training(module: str) -> bool:
+    return module.startswith("trainer") and not _in(module, (*SWEEP_SIDE, "trainer.cache"))
+
+
+def test_the_rules_see_every_room():
+    rooms = {
+        m.split(".")[2] for m in MODULES if m.startswith("trainer.sweep.") and m.count(".") > 2
+    }
+    assert {"spec", "search", "store", "agents", "report"} <= rooms
+    assert any(_is_training(m) for m in MODULES) and PORT in MODULES
+
+
+def test_training_never_imports_the_sweep_side():
+    wrong = sorted(
+        f"{m} -> {t}" for m in MODULES if _is_training(m) for t in GRAPH[m] if _in(t, SWEEP_SIDE)
+    )
+    assert wrong == []
+
+
+def test_training_reaches_the_cache_through_its_interface_only():
+    wrong = sorted(
+        f"{m} -> {t}"
+        for m in MODULES
+        if _is_training(m)
+        for t in GRAPH[m]
+        if _in(t, ("trainer.cache",)) and t not in CACHE_INTERFACE
+    )
+    assert wrong == []
+
+
+def test_the_cache_imports_no_training_and_no_sweep():
+    wrong = sorted(
+        f"{m} -> {t}"
+        for m in MODULES
+        if _in(m, ("trainer.cache",))
+        for t in GRAPH[m]
+        if not _in(t, ("trainer.cache", *CACHE_NEEDS))
+    )
+    assert wrong == []
+
+
+def _cycles() -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in GRAPH[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for v in GRAPH:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_circle_of_imports_outside_the_port():
+    circles = [c for c in _cycles() if not all(_in(m, (PORT,)) for m in c)]
+    assert circles == []
+
+
+def _functions(path: Path):
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield node.name, node.end_lineno - node.lineno + 1
+
+
+def test_no_function_over_60_lines():
+    long_functions = [
+        f"{m}:{name} ({n})"
+        for m, path in MODULES.items()
+        if not _in(m, (PORT,))
+        for name, n in _functions(path)
+        if n > 60
+    ]
+    assert long_functions == []
+
+
+def test_run_reads_in_one_screen():
+    assert dict(_functions(ROOT / "run.py"))["run"] <= 60
+
+
+def test_no_two_modules_share_a_name():
+    """A newcomer knows from the file name which room they are in (packages' __init__ and
+    __main__ aside; the port keeps upstream's names; the plugin keeps Hydra's three files)."""
+    stems: dict[str, list[str]] = {}
+    for m, path in MODULES.items():
+        if (
+            m.startswith("trainer.")
+            and path.stem not in ("__init__", "__main__")
+            and not _in(m, (PORT,))
+        ):
+            stems.setdefault(path.stem, []).append(m)
+    assert {s: ms for s, ms in stems.items() if len(ms) > 1} == {}
+
+
+def test_no_module_is_named_like_a_builtin():
+    names = {p.stem for p in ROOT.rglob("*.py")} | {p.name for p in ROOT.rglob("*") if p.is_dir()}
+    assert not names & set(dir(builtins))
+
+
+def test_entry_points_exit_through_the_one_handler():
+    """No hand-written `sys.exit(...)` on the training side: errors carry their exit code."""
+    offenders = []
+    for m, path in MODULES.items():
+        if not _is_training(m) or path.name == "errors.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "exit"
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "sys"
+            ):
+                offenders.append(f"{m}:{node.lineno}")
+    assert offenders == []
+
+
+def test_import_trainer_has_no_side_effects():
+    """`import trainer` imports nothing else (no Hydra, no ConfigStore entry, no exit hook)."""
+    code = (
+        "import sys, atexit; before = set(sys.modules); n = atexit._ncallbacks(); import trainer;"
+        "print(sorted(set(sys.modules) - before), atexit._ncallbacks() - n)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["['trainer']", "0"]
