@@ -1,6 +1,6 @@
 """Every private torch API the project uses, in this one module: torch has no public
 equivalent for Dynamo's counters, compilation metrics, `explain`, the recompile-limit switch
-and logger, Inductor's option lists or its cache controls (benchmarks). tests/test_compile.py
+and logger, Inductor's option lists or its cache controls (benchmarks). tests/compiling/test_compile.py
 checks each still exists, so a torch release that moves one fails loudly there."""
 
 from __future__ import annotations

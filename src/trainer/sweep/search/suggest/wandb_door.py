@@ -1,6 +1,6 @@
 """The one door to W&B's experimental sweep scheduler (`wandb.sdk.sweeps.scheduler`, the code of
 `wandb sweep-scheduler`): its optimizers built for a sweep and driven through ask/tell, and its
-own parameter mappings asked what they refuse. tests/test_scheduler_contract.py pins each use."""
+own parameter mappings asked what they refuse. tests/sweep/search/test_wandb_door.py pins each use."""
 
 from __future__ import annotations
 

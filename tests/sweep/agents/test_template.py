@@ -1,0 +1,231 @@
+"""The trial template: a trial forked from it is the process `subprocess.Popen` would have
+started (argv, environment, session, signals, exit code, log), is isolated from the template and
+the next trial, and the agent falls back to plain processes, saying so once, when it cannot be
+used. Real processes throughout; tests/sweep/agents/template_probe.py stands in for `python -m trainer`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from trainer.sweep.agents.trial_start import ENV_SWITCH, Launcher, TrialTemplate
+
+ROOT = Path(__file__).resolve().parents[3]
+PROBE = "tests.sweep.agents.template_probe"
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the template forks (Linux)")
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    """One template for the module (its imports take seconds), started from the repository
+    root so that the probe module is importable, as a trial's `-m trainer` is."""
+    previous = os.getcwd()
+    os.chdir(ROOT)
+    # Without what the template's imports set (this test process has imported them already).
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KMP_", "TORCHINDUCTOR_"))}
+    env["PROBE_COMMON"] = "1"
+    log = tmp_path_factory.mktemp("template") / "template.log"
+    tpl = TrialTemplate(env, (), log, modules=("trainer", PROBE))
+    try:
+        assert tpl.wait_ready(), tpl.problem
+        yield tpl
+    finally:
+        tpl.close()
+        os.chdir(previous)
+
+
+def _run(template, tmp_path, name, action="exit0", env_extra=None, timeout=60.0):
+    out, log_path = tmp_path / f"{name}.json", tmp_path / f"{name}.log"
+    env = {**template.env, **(env_extra or {})}
+    argv = [sys.executable, "-m", PROBE, str(out), action]
+    with open(log_path, "w") as log:
+        trial = template.start(argv, env, log, ())
+    deadline = time.monotonic() + timeout
+    while trial.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return trial, out, log_path
+
+
+def _plain(template, tmp_path, name, env_extra=None):
+    """The same probe started the way the agent starts a plain process."""
+    out, log_path = tmp_path / f"{name}.json", tmp_path / f"{name}.log"
+    env = {**template.env, **(env_extra or {})}
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", PROBE, str(out), "exit0"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            cwd=ROOT,
+        )
+    assert proc.wait(timeout=60) == 0
+    return json.loads(out.read_text())
+
+
+def test_a_forked_trial_sees_what_a_new_process_sees(template, tmp_path):
+    per_trial = {"WANDB_RUN_ID": "abc123", "WANDB_SWEEP_ID": "s1"}
+    trial, out, log = _run(template, tmp_path, "forked", env_extra=per_trial)
+    assert trial.returncode == 0
+    forked = json.loads(out.read_text())
+    plain = _plain(template, tmp_path, "plain", env_extra=per_trial)
+    forked["argv"][1] = plain["argv"][1] = "OUT"  # each wrote its own file
+    # What the template's imports set (KMP_*, Inductor's cache dir) a trial gets as defaults,
+    # as a new `python -m trainer` process would from the same imports.
+    assert template.set_by_imports and set(template.set_by_imports) <= set(forked["env"])
+    plain["env"] = {**template.set_by_imports, **plain["env"]}
+    for key in ("argv", "path", "env", "cwd", "affinity", "sigint", "sigterm", "main"):
+        assert forked[key] == plain[key], key
+    assert forked["pid"] == trial.pid != template.process.pid
+    assert forked["sid"] == forked["pid"]  # its own session, as start_new_session gives
+    assert f"probe {trial.pid} exit0" in log.read_text()  # stdout and stderr go to its log
+
+
+def test_a_second_trial_sees_the_same_environment_as_the_first(template, tmp_path):
+    _, first, _ = _run(template, tmp_path, "one", env_extra={"WANDB_RUN_ID": "run1"})
+    _, second, _ = _run(template, tmp_path, "two", env_extra={"WANDB_RUN_ID": "run2"})
+    one, two = json.loads(first.read_text()), json.loads(second.read_text())
+    assert one["env"].pop("WANDB_RUN_ID") == "run1" and two["env"].pop("WANDB_RUN_ID") == "run2"
+    assert one["env"] == two["env"] and one["argv"][2:] == two["argv"][2:]
+    assert one["pid"] != two["pid"]
+
+
+@pytest.mark.parametrize(
+    "action, code, said",
+    [
+        ("exit3", 3, ""),
+        ("raise", 1, "RuntimeError: the probe failed on purpose"),
+        ("memory", 1, "MemoryError"),
+    ],
+)
+def test_exit_codes_are_the_trials_and_a_failure_leaves_the_template_whole(
+    template, tmp_path, action, code, said
+):
+    trial, _, log = _run(template, tmp_path, action, action)
+    assert trial.returncode == code
+    assert said in log.read_text()
+    after, out, _ = _run(template, tmp_path, f"after-{action}")
+    assert after.returncode == 0 and out.is_file()
+    assert template.process.poll() is None
+
+
+def _until(condition, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return condition()
+
+
+def test_signals_reach_the_trial_and_sigkill_is_reported(template, tmp_path):
+    out, log_path = tmp_path / "wait.json", tmp_path / "wait.log"
+    argv = [sys.executable, "-m", PROBE, str(out), "wait"]
+    for signum, code in ((signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGKILL, -9)):
+        with open(log_path, "w") as log:
+            trial = template.start(argv, dict(template.env), log, ())
+        assert _until(lambda: f"probe {trial.pid} wait" in log_path.read_text())  # noqa: B023
+        trial.send_signal(signum)
+        assert _until(lambda: trial.poll() is not None)  # noqa: B023
+        assert trial.returncode == code
+    assert "SIGTERM received, saving" in log_path.read_text() or code == -9
+    assert template.process.poll() is None
+
+
+def test_the_launcher_falls_back_to_processes_once_with_the_reason(tmp_path, capsys):
+    env = dict(os.environ)
+    launcher = Launcher(env, (), tmp_path / "template.log", modules=(PROBE,))
+    try:
+        assert launcher.template is not None and launcher.template.wait_ready()
+        launcher.template.process.kill()  # the template dies: trials start as processes
+        launcher.template.process.wait()
+        for name in ("a", "b"):
+            out = tmp_path / f"{name}.json"
+            with open(tmp_path / f"{name}.log", "w") as log:
+                trial = launcher.start([sys.executable, "-m", PROBE, str(out)], {**env}, log, ())
+            assert isinstance(trial, subprocess.Popen) and trial.wait(timeout=60) == 0
+    finally:
+        launcher.close()
+    said = capsys.readouterr().out
+    assert said.count("trials start as new processes") == 1
+    assert "(the trial template ended (exit code -9))" in said
+
+
+def test_a_standby_template_is_adopted_where_its_environment_fits_else_ended(tmp_path, monkeypatch):
+    """A standby agent's template, started before the sweep existed (no log yet): the launcher
+    uses it when the trials' environment is its own but for what trials set after the fork,
+    and its output goes to the launcher's log; otherwise the launcher ends it and starts one."""
+    from trainer.cache.env import BUNDLE_ENV
+
+    monkeypatch.chdir(ROOT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KMP_", "TORCHINDUCTOR_"))}
+    modules, flags = ("trainer", PROBE), ("--no-compiler", "--no-wandb")
+    fits, misfit = (TrialTemplate(env, (), None, modules, flags) for _ in range(2))
+    bundle = {**env, BUNDLE_ENV: str(tmp_path / "bundle")}  # read by the trial, after the fork
+    adopted = Launcher(bundle, (), tmp_path / "fits.log", modules=modules, standby=fits)
+    other = Launcher(
+        {**env, "OMP_NUM_THREADS": "7"}, (), tmp_path / "o.log", modules, standby=misfit
+    )
+    try:
+        assert adopted.template is fits and (tmp_path / "fits.log").is_file()
+        out = tmp_path / "trial.json"
+        with open(tmp_path / "trial.log", "w") as log:
+            trial = adopted.start([sys.executable, "-m", PROBE, str(out)], bundle, log, ())
+        assert trial.pid in fits.trials and trial.wait(timeout=60) == 0
+        assert json.loads(out.read_text())["env"][BUNDLE_ENV] == str(tmp_path / "bundle")
+        assert other.template is not misfit and misfit.process.returncode == -signal.SIGKILL
+        assert other.template.wait_ready() and other.template.env["OMP_NUM_THREADS"] == "7"
+    finally:
+        adopted.close()
+        other.close()
+
+
+def test_only_python_m_trainer_on_this_interpreter_and_environment_is_forked(template):
+    env = dict(template.env)
+    trainer = [sys.executable, "-m", "trainer", "compile=off"]
+    assert template.usable_for(["/usr/bin/env", *trainer], env) == ""
+    assert template.usable_for(["/usr/bin/env", *trainer], {**env, "WANDB_RUN_ID": "x"}) == ""
+    assert "not `python -m trainer`" in template.usable_for(["torchrun", "-m", "trainer"], env)
+    assert "not `python -m trainer`" in template.usable_for(["python3.9", "-m", "trainer"], env)
+    assert "OMP_NUM_THREADS" in template.usable_for(trainer, {**env, "OMP_NUM_THREADS": "7"})
+    # the defaults scikit-learn's import sets in the agent too do not keep a trial from forking
+    assert template.usable_for(trainer, {**env, **template.set_by_imports}) == ""
+    assert "KMP_INIT_AT_FORK" in template.usable_for(trainer, {**env, "KMP_INIT_AT_FORK": "x"})
+
+
+def test_a_torchrun_sweep_starts_no_template(tmp_path, capsys):
+    from trainer.sweep.spec.command import template
+
+    launcher = Launcher(dict(os.environ), (), tmp_path / "t.log", command=template([], [], 2))
+    assert launcher.template is None
+    assert "not `python -m trainer`" in capsys.readouterr().out
+    plain = Launcher(dict(os.environ), (), tmp_path / "t.log", command=template([]))
+    assert plain.template is not None
+    plain.close()
+
+
+def test_a_sweep_that_never_compiles_or_logs_skips_those_imports():
+    from trainer.sweep.agents.forkable import template_flags
+    from trainer.sweep.agents.template import _preimports
+    from trainer.sweep.spec.command import template
+
+    assert template_flags(template(["model=small_cnn"])) == template_flags(None) == []
+    flags = template_flags(template(["compile=off", "logger=none"]))
+    assert flags == ["--no-compiler", "--no-wandb"]
+    assert "wandb" not in _preimports(flags) and "torch._inductor.compile_fx" not in _preimports(
+        flags
+    )
+    assert {"wandb", "torch._inductor.compile_fx", "trainer.run"} <= set(_preimports([]))
+
+
+def test_the_switch_turns_the_template_off(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(ENV_SWITCH, "0")
+    launcher = Launcher(dict(os.environ), (), tmp_path / "template.log")
+    assert launcher.template is None
+    assert f"{ENV_SWITCH}=0" in capsys.readouterr().out
