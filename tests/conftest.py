@@ -71,7 +71,22 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeou
     )
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--slow",
+        action="store_true",
+        help="also run the tests marked slow (processes, sweeps, Inductor compiles): what CI runs",
+    )
+
+
 def pytest_collection_modifyitems(config, items):
+    """Without --slow, deselect the tests marked slow (the fast set: `python -m pytest`); skip
+    the tests marked gpu where torch sees no CUDA device."""
+    if not config.getoption("--slow"):
+        slow = [item for item in items if "slow" in item.keywords]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if "slow" not in item.keywords]
     import torch
 
     if torch.cuda.is_available():
