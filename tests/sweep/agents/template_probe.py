@@ -23,6 +23,7 @@ def record(path: str) -> None:
         "affinity": sorted(os.sched_getaffinity(0)),
         "sigint": repr(signal.getsignal(signal.SIGINT)),
         "sigterm": repr(signal.getsignal(signal.SIGTERM)),
+        "sighup": repr(signal.getsignal(signal.SIGHUP)),
         "main": __name__,
         "stdin_is_tty": sys.stdin.isatty() if sys.stdin else None,
     }

@@ -82,11 +82,35 @@ def test_a_forked_trial_sees_what_a_new_process_sees(template, tmp_path):
     # as a new `python -m trainer` process would from the same imports.
     assert template.set_by_imports and set(template.set_by_imports) <= set(forked["env"])
     plain["env"] = {**template.set_by_imports, **plain["env"]}
-    for key in ("argv", "path", "env", "cwd", "affinity", "sigint", "sigterm", "main"):
+    for key in ("argv", "path", "env", "cwd", "affinity", "sigint", "sigterm", "sighup", "main"):
         assert forked[key] == plain[key], key
     assert forked["pid"] == trial.pid != template.process.pid
     assert forked["sid"] == forked["pid"]  # its own session, as start_new_session gives
     assert f"probe {trial.pid} exit0" in log.read_text()  # stdout and stderr go to its log
+
+
+def test_signals_ignored_by_the_agent_stay_ignored_in_a_forked_trial(tmp_path):
+    """Started from a shell that ignores SIGINT and SIGHUP (nohup, `&` in a script, a batch
+    system), a new trial process inherits them ignored: so does a trial forked from the
+    template; and with them handled, both get Python's defaults (the test above)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KMP_", "TORCHINDUCTOR_"))}
+    saved = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGHUP)}
+    previous = os.getcwd()
+    os.chdir(ROOT)
+    tpl = TrialTemplate(env, (), tmp_path / "template.log", modules=("trainer", PROBE))
+    try:
+        assert tpl.wait_ready(), tpl.problem
+        trial, out, _ = _run(tpl, tmp_path, "forked")
+        assert trial.returncode == 0
+        forked, plain = json.loads(out.read_text()), _plain(tpl, tmp_path, "plain")
+    finally:
+        tpl.close()
+        os.chdir(previous)
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+    assert forked["sigint"] == plain["sigint"] == repr(signal.SIG_IGN)
+    assert forked["sighup"] == plain["sighup"] == repr(signal.SIG_IGN)
+    assert forked["sigterm"] == plain["sigterm"]
 
 
 def test_a_second_trial_sees_the_same_environment_as_the_first(template, tmp_path):

@@ -40,6 +40,10 @@ PREIMPORT = (
 TRACKER = ("wandb",)  # unless no trial logs to W&B
 COMPILER = ("torch._dynamo", "torch._inductor.compile_fx")  # unless no trial compiles
 REAP_S = 0.05  # how often ended trials are reaped and reported
+# The signals a trial gets as a new process would: their dispositions as the agent passed them
+# on (ignored stays ignored across exec, as under nohup, `&` in scripts and batch systems; a
+# handled one becomes Python's default), read when the template starts, before it changes any.
+INHERITED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD)
 MAX_MESSAGE = 1 << 20  # bytes of one request (argv and environment as JSON)
 
 
@@ -128,16 +132,20 @@ def serve(sock: socket.socket) -> Request | None:
 
 
 def become_trial(
-    request: Request, sock: socket.socket, set_by_imports: dict[str, str] | None = None
+    request: Request,
+    sock: socket.socket,
+    set_by_imports: dict[str, str] | None = None,
+    inherited: dict[int, Any] | None = None,
 ) -> None:
     """In the forked child: the process `subprocess.Popen(argv, env=..., stdout=log,
     stderr=STDOUT, start_new_session=True)` would have started, minus the imports (whose
-    environment defaults `set_by_imports` it gets, as their import would set them)."""
+    environment defaults `set_by_imports` it gets, as their import would set them), with the
+    signal dispositions the template `inherited` (a new process inherits the same)."""
     sock.close()
     os.setsid()
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
-        signal.signal(signum, signal.SIG_DFL)
+    for signum in INHERITED_SIGNALS:
+        default = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
+        signal.signal(signum, (inherited or {}).get(signum, default))
     os.dup2(request.log_fd, 1)
     os.dup2(request.log_fd, 2)
     os.close(request.log_fd)
@@ -165,6 +173,7 @@ def _preimports(flags: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     sock = socket.socket(fileno=int(argv[0]))
+    inherited = {signum: signal.getsignal(signum) for signum in INHERITED_SIGNALS}
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the agent decides when the template ends
     before = dict(os.environ)
     try:
@@ -188,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
-    become_trial(request, sock, set_by_imports)
+    become_trial(request, sock, set_by_imports, inherited)
     os._exit(
         run_as_main(request.module)
     )  # the trial's exit, without tearing down the template's modules
