@@ -199,7 +199,8 @@ class BundleLayout:
 
 def write_text_atomic(path: str | Path, text: str) -> None:
     """Write `text` to `path` through a temporary file and a rename, so a reader (another agent,
-    a crash) sees the old file or the new one, never half of it."""
+    a crash) sees the old file or the new one, never half of it. The file gets the permissions
+    a plain write would (0666 less the umask), not mkstemp's 0600: teammates can read results."""
     import os
     import tempfile
 
@@ -207,9 +208,19 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    """This process's umask (read by setting it, the only way, and setting it back)."""
+    import os
+
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
