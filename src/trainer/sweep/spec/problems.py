@@ -86,13 +86,13 @@ def parameter_problems(
 def schema_problems(config: dict[str, Any]) -> list[str]:
     """The violations of W&B's sweep schema (as W&B's engine reports them), less its notes on
     the older log distributions (log_uniform & co. take exponents; W&B still runs them)."""
-    from trainer.sweep.search.wandb_sweeps.deprecations import PARAM_DEPRECATION_MAP
-    from trainer.sweep.search.wandb_sweeps.schema import (
+    from trainer.sweep.search.wandb_sweeps.config import (
         ParamValidationError,
         fill_parameter,
         schema_violations_from_proposed_config,
-        validator,
     )
+    from trainer.sweep.search.wandb_sweeps.config.schema import validator
+    from trainer.sweep.search.wandb_sweeps.params import PARAM_DEPRECATION_MAP
 
     notes = set()
     for name, spec in (config.get("parameters") or {}).items():

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import yaml
 
+from trainer.sweep.search.wandb_sweeps.config import SweepConfig
 from trainer.sweep.search.wandb_sweeps.params import HyperParameter, HyperParameterSet
 from trainer.sweep.search.wandb_sweeps.run import SweepRun
-from trainer.sweep.search.wandb_sweeps.schema import SweepConfig
 
 
 def _get_nested_value(obj: dict, key: list[str]) -> Any:

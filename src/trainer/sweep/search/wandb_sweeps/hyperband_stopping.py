@@ -12,13 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from trainer.sweep.search.wandb_sweeps.config import SweepConfig, fill_validate_early_terminate
+from trainer.sweep.search.wandb_sweeps.config.schema import definition, fill_validate_metric
 from trainer.sweep.search.wandb_sweeps.run import RunState, SweepRun
-from trainer.sweep.search.wandb_sweeps.schema import (
-    SweepConfig,
-    definition,
-    fill_validate_early_terminate,
-    fill_validate_metric,
-)
 
 
 def hyperband_baseline_validate_and_fill(config: dict) -> dict:

@@ -6,9 +6,9 @@ Biases; see LICENSE-third-party.md. Changes: imports.
 
 from __future__ import annotations
 
+from trainer.sweep.search.wandb_sweeps.config import SweepConfig
 from trainer.sweep.search.wandb_sweeps.params import HyperParameterSet
 from trainer.sweep.search.wandb_sweeps.run import SweepRun
-from trainer.sweep.search.wandb_sweeps.schema import SweepConfig
 
 
 def random_search_next_runs(

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from trainer.sweep.search.wandb_sweeps.schema import SweepConfig
+from trainer.sweep.search.wandb_sweeps.config import SweepConfig
 
 floating = float | np.floating
 

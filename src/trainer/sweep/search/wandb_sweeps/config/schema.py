@@ -1,10 +1,10 @@
-"""W&B's sweep configuration schema (schema.json, vendored from `sweeps` 0.3.0): violations,
-parameter types and the defaults the engine fills in.
+"""W&B's sweep configuration schema (schema.json, vendored from `sweeps` 0.3.0): parameter
+types, value checks and the defaults the engine fills in.
 
-Ported from wandb/sweeps 0.3.0 (sweeps/config/schema.py and cfg.py), MIT License,
-Copyright (c) 2021 Weights and Biases; see LICENSE-third-party.md. Changes: local `$ref`s are
-resolved by giving each sub-schema the root's definitions (no jsonref), and the schema is
-loaded from this package.
+Ported from wandb/sweeps 0.3.0 (sweeps/config/schema.py), MIT License, Copyright (c) 2021
+Weights and Biases; see LICENSE-third-party.md. The file keeps upstream's boundaries, so that it
+diffs against the next release. Changes: local `$ref`s are resolved by giving each sub-schema
+the root's definitions (no jsonref), and the schema is loaded from this package.
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ from typing import Any
 import jsonschema
 import numpy as np
 from jsonschema import Draft7Validator, validators
-
-from trainer.sweep.search.wandb_sweeps.scheduler_rules import scheduler_violations
 
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 
@@ -192,63 +190,23 @@ def fill_validate_early_terminate(d: dict) -> dict:
     return d
 
 
-def _parameter_violations(parameters: dict) -> list[str]:
-    """min < max, probabilities and deprecated distributions: values inside the document,
-    not jsonschema's job."""
-    from trainer.sweep.search.wandb_sweeps.deprecations import check_for_deprecated_distributions
+def check_for_deprecated_distributions(parameter_name: str, parameter_config: dict) -> None:
+    """Raise ValueError with W&B's note when the spec uses a base-e-exponent distribution."""
+    from trainer.sweep.search.wandb_sweeps.params import PARAM_DEPRECATION_MAP, HyperParameter
 
-    messages: list[str] = []
-    for parameter_name, parameter_dict in parameters.items():
-        if not isinstance(parameter_dict, dict):
-            raise ValueError(f"Invalid configuration for hyperparameter '{parameter_name}'")
-        for check in (
-            validate_min_max,
-            validate_categorical_prob,
-            check_for_deprecated_distributions,
-        ):
-            try:
-                check(parameter_name, parameter_dict)
-            except (ValueError, jsonschema.ValidationError) as e:
-                messages.append(e.args[0])
-    return messages
-
-
-def schema_violations_from_proposed_config(config: dict) -> list[str]:
-    """Every violation W&B reports for a sweep configuration, as W&B words it."""
-    messages = [f"{error.message}" for error in validator.iter_errors(config)]
-
-    if not isinstance(config, dict):
-        raise ValueError("Sweep config must be parsable as a JSON object.")
-
-    method = config.get("method")
-    scheduler = config.get("scheduler")
-    has_search_space = isinstance(scheduler, dict) and bool(scheduler.get("search_space"))
-
-    if "parameters" not in config and not has_search_space:
-        messages.append("`parameters` is required unless `scheduler.search_space` is set.")
-
-    if "metric" in config and "metrics" in config:
-        messages.append(
-            "`metric` and `metrics` cannot both be set: use `metric` for a "
-            "single objective, or `metrics` for multi-objective optimization."
-        )
-    elif "metrics" in config and method is not None and method != "custom":
-        messages.append(
-            f"`metrics` requires `method: custom` (got `method: {method}`): "
-            "multi-objective optimization is only supported with a custom "
-            "scheduler."
-        )
-
-    if scheduler is not None:
-        messages += scheduler_violations(config, method, scheduler)
-    if "parameters" in config:
-        messages += _parameter_violations(config["parameters"])
-    return messages
+    try:
+        param = HyperParameter(parameter_name, parameter_config)  # raises if malformed
+    except ParamValidationError:
+        return
+    if param.type in PARAM_DEPRECATION_MAP:
+        raise ValueError(f"{parameter_name} {PARAM_DEPRECATION_MAP[param.type]}")
 
 
 def fill_validate_schema(d: dict) -> dict:
     """`d` with every parameter's and early_terminate's defaults filled in; raises
     jsonschema.ValidationError listing the violations of an invalid configuration."""
+    from trainer.sweep.search.wandb_sweeps.config.cfg import schema_violations_from_proposed_config
+
     violations = schema_violations_from_proposed_config(d)
     if violations:
         raise jsonschema.ValidationError("\n".join(violations))
@@ -267,15 +225,3 @@ def fill_validate_schema(d: dict) -> dict:
     if "early_terminate" in validated:
         validated = fill_validate_early_terminate(validated)
     return validated
-
-
-class SweepConfig(dict):
-    """A validated sweep configuration with W&B's defaults filled in."""
-
-    def __init__(self, d: dict) -> None:
-        """Validate `d` (unless it already is a SweepConfig) and fill in W&B's defaults."""
-        if not isinstance(d, SweepConfig):
-            violations = schema_violations_from_proposed_config(d)
-            if violations:
-                raise jsonschema.ValidationError("\n".join(violations))
-        super().__init__(fill_validate_schema(deepcopy(d)))
