@@ -12,6 +12,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
+from trainer.hydra_version import VERSION_BASE
+
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 # One persistent compile cache for the whole test session (and across sessions).
@@ -32,7 +34,7 @@ FAST = ["compile=off", "logger=none", "trainer.max_epochs=2", "trainer.device=cp
 
 def make_cfg(*overrides: str) -> DictConfig:
     """Compose conf/train.yaml with overrides, as the command line would."""
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF), **VERSION_BASE):
         return compose(config_name="train", overrides=list(overrides), return_hydra_config=True)
 
 

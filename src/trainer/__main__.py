@@ -11,10 +11,14 @@ import hydra
 from omegaconf import DictConfig
 
 from trainer.errors import exit_on_error
+from trainer.hydra_version import VERSION_BASE
 from trainer.layout import conf_dir
 
+# Flags that choose what Hydra does; with one of them the command line has chosen already.
+_COMMANDS = ("run", "multirun", "cfg", "info", "shell_completion", "help", "hydra_help")
 
-@hydra.main(version_base="1.3", config_path=conf_dir(), config_name="train")
+
+@hydra.main(config_path=conf_dir(), config_name="train", **VERSION_BASE)
 @exit_on_error  # a TrainerError: its one paragraph on stderr and its exit code (stops: 128+N)
 def main(cfg: DictConfig) -> float | None:
     from trainer.config import ConfigError
@@ -46,13 +50,62 @@ def _remove_rejected_run_dir() -> None:
         root.parent.rmdir()
 
 
+def _parse_argv(argv: list[str]):
+    """(Hydra's flags, parsed overrides) of argv as Hydra's own parser reads them, or None where
+    Hydra would refuse it (it then parses argv again and says why) or where it prints and exits
+    (--version)."""
+    import contextlib
+    import io
+
+    from hydra._internal.utils import get_args_parser  # what hydra.main parses argv with
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    quiet = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+            args = get_args_parser().parse_intermixed_args(argv[1:])
+        return args, OverridesParser.create().parse_overrides(args.overrides)
+    except (SystemExit, HydraException):
+        return None
+
+
+def sweep_as_multirun(argv: list[str]) -> list[str]:
+    """`python -m trainer sweep=<name>` runs the sweep definition <name>: argv with a `sweep=`
+    choice gets --multirun, unless the command line chose already (-m, --run, --cfg, --info,
+    --help, hydra.mode=, as a sweep's trials do with hydra.mode=RUN). Hydra 1.3 took the mode
+    from the definition's `hydra.mode: MULTIRUN`; Hydra 1.4 takes hydra.mode only from the
+    primary config and the command line, and stops when a config group changes it."""
+    parsed = _parse_argv(argv)
+    if parsed is None:
+        return argv
+    args, overrides = parsed
+    if any(getattr(args, flag, None) for flag in _COMMANDS) or args.experimental_rerun:
+        return argv
+    keys = {o.key_or_group for o in overrides}
+    if "hydra.mode" in keys or any(
+        o.key_or_group == "hydra" and isinstance(o.value(), dict) for o in overrides
+    ):
+        return argv
+    chosen = [
+        o
+        for o in overrides
+        if o.key_or_group == "sweep" and o.package is None and not o.is_delete()
+    ]
+    if chosen and not chosen[-1].is_sweep_override() and chosen[-1].value() is not None:
+        return [argv[0], "--multirun", *argv[1:]]
+    return argv
+
+
 def cli() -> None:
-    """The console entry: a sweep trial's argv gets its exact values, the torchrun ranks agree
-    on one run directory (both no-ops otherwise), then Hydra runs."""
+    """The console entry: a sweep trial's argv gets its exact values, a sweep definition runs as
+    a sweep, the torchrun ranks agree on one run directory (each a no-op otherwise), then Hydra
+    runs."""
     from trainer.paths import expand_path_argv
     from trainer.trial_argv import repair_sys_argv
 
     sys.argv = expand_path_argv(repair_sys_argv(sys.argv))  # `~`, `$HOME` in path keys
+    sys.argv = sweep_as_multirun(sys.argv)  # `sweep=<name>` without -m, on Hydra 1.3 and 1.4
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         from trainer.distributed import agree_run_time
 

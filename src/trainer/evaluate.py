@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from trainer.config import ConfigError, EvalConfig, TrainConfig
 from trainer.errors import exit_on_error
+from trainer.hydra_version import VERSION_BASE
 from trainer.layout import conf_dir, write_text_atomic
 from trainer.validation import validate
 
@@ -190,7 +191,7 @@ def _report(source, conf, ev, device, batch_size, first_call, times, result) -> 
     }
 
 
-@hydra.main(version_base="1.3", config_path=conf_dir(), config_name="evaluate")
+@hydra.main(config_path=conf_dir(), config_name="evaluate", **VERSION_BASE)
 @exit_on_error
 def main(cfg: DictConfig) -> None:
     evaluate_checkpoint(cfg)
