@@ -233,3 +233,60 @@ def test_a_multi_gpu_sweep_writes_the_torchrun_command(tmp_path):
         "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "trainer"
     ]  # fmt: skip
     assert "trainer.strategy=ddp" in config["command"]
+
+
+def _translated(name: str) -> dict:
+    cfg = make_cfg(f"sweep={name}")
+    return build_sweep_config(OmegaConf.to_container(cfg.hydra.sweeper, resolve=True), [])
+
+
+def test_lr_params_is_lr_random_in_hydras_sweeper_spelling():
+    params, parameters = _translated("lr_params"), _translated("lr_random")
+    assert make_cfg("sweep=lr_params").hydra.sweeper.params["optimizer.lr"].startswith("tag(log")
+    assert {k: v for k, v in params.items() if k != "command"} == {
+        k: v for k, v in parameters.items() if k != "command"
+    }
+
+
+@pytest.mark.slow
+def test_a_sweep_written_in_hydras_params_spelling_runs(tmp_path):
+    result = run_cli("sweep=lr_params", "hydra.sweeper.run_cap=2", *TINY, "trainer.max_steps=5")
+    assert result.returncode == 0, result.stderr[-3000:]
+    directory, results = _results(tmp_path)
+    assert yaml.safe_load((directory / "sweep.yaml").read_text())["parameters"] == {
+        "optimizer.lr": {"distribution": "log_uniform_values", "min": 1e-3, "max": 0.3},
+        "optimizer.weight_decay": {"values": [0.0, 5e-4]},
+    }
+    assert len(results["runs"]) == 2
+    assert all(r["state"] == "finished" and r["metric"] is not None for r in results["runs"])
+    for run in results["runs"]:
+        assert 1e-3 <= run["params"]["optimizer.lr"] <= 0.3
+        assert run["params"]["optimizer.weight_decay"] in (0.0, 5e-4)
+
+
+BOTH = """# @package _global_
+defaults:
+  - override /hydra/sweeper: wandb
+hydra:
+  sweeper:
+    method: random
+    metric: {name: val/acc, goal: maximize}
+    run_cap: 2
+    params:
+      optimizer.lr: tag(log, interval(1e-3, 0.3))
+    parameters:
+      optimizer.momentum: {distribution: uniform, min: 0.5, max: 0.99}
+"""
+
+
+@pytest.mark.slow
+def test_both_spellings_in_one_definition_exit_2_naming_the_two_keys(tmp_path):
+    conf = tmp_path / "my_conf"
+    (conf / "sweep").mkdir(parents=True)
+    (conf / "sweep" / "both.yaml").write_text(BOTH)
+    result = run_cli("--config-dir", str(conf), "sweep=both", "hydra.sweeper.run_cap=0")
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "hydra.sweeper.params and hydra.sweeper.parameters are both set" in result.stderr
+    assert "run_cap 0" in result.stderr  # with every other problem, at once
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "outputs" / "sweeps").exists()

@@ -23,7 +23,12 @@ from trainer.sweep.spec.command import config_arguments, fixed_overrides
 from trainer.sweep.spec.custom_checks import check as scheduler_check
 from trainer.sweep.spec.custom_checks import definition_dirs, resolve_source
 from trainer.sweep.spec.problems import check_sweep
-from trainer.sweep.spec.translate import TranslationError, build_sweep_config, run_count
+from trainer.sweep.spec.translate import (
+    TranslationError,
+    build_sweep_config,
+    run_count,
+    spelling_problems,
+)
 from trainer.sweep.store.directory import write_sweep_yaml
 from trainer.validation import validate
 
@@ -189,7 +194,13 @@ def prepare(
     trial = trial_config_problems(
         engine.trial_view(sweep_config), config, hydra_context, options.get("gpus_per_trial", 1)
     )
-    problems = [*runner_problems(options), *device_problems, *engine.problems, *trial]
+    problems = [
+        *spelling_problems(options),
+        *runner_problems(options),
+        *device_problems,
+        *engine.problems,
+        *trial,
+    ]
     check_sweep(sweep_config, keys, groups, problems)
     return sweep_config
 

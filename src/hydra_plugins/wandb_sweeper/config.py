@@ -26,6 +26,11 @@ class WandbSweeperConf:
     parameters: dict[str, Any] = field(
         default_factory=dict
     )  # Hydra key or config group -> W&B spec
+    # The same search space in Hydra's sweepers' spelling (Optuna, Nevergrad, Ax): Hydra key or
+    # config group -> Hydra's override grammar, e.g. optimizer.lr: tag(log, interval(1e-4, 1e-1)),
+    # model: choice(small_cnn, resnet18); a plain value is fixed for every trial. Use one of the
+    # two spellings; the command line's sweeps (key=a,b) go with either.
+    params: Optional[dict[str, str]] = None  # noqa: UP045
     # multi-objective (method: custom): [{name: val/acc, goal: maximize}, {name: ..., goal: ...}]
     metrics: Any = None
     # method: custom: {engine: optuna | ax | wandb, source: file.py, optimizer: study factory in

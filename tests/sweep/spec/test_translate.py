@@ -13,7 +13,9 @@ from trainer.sweep.spec.translate import (
     TranslationError,
     build_sweep_config,
     flatten_parameters,
+    params_overrides,
     run_count,
+    spelling_problems,
     split_overrides,
 )
 from trainer.trial_argv import hydra_value, repair_argv, repair_sys_argv
@@ -137,6 +139,71 @@ def test_command_line_wins_and_builds_the_command():
     ]
     assert "run_cap" not in config
     assert run_count(config) == 2
+
+
+# Hydra's sweepers' spelling (hydra.sweeper.params) and the command line's, side by side.
+PARAMS = {
+    "optimizer.lr": "tag(log, interval(1e-4, 1e-1))",
+    "optimizer.momentum": "interval(0.5, 0.99)",
+    "model": "choice(small_cnn, resnet18)",
+    "data.batch_size": "range(16, 65, step=16)",
+    "trainer.max_epochs": 3,  # a plain value: fixed for every trial (as the YAML gives it)
+}
+COMMAND_LINE = [
+    "optimizer.lr=tag(log,interval(1e-4,1e-1))",
+    "optimizer.momentum=interval(0.5,0.99)",
+    "model=small_cnn,resnet18",
+    "data.batch_size=range(16,65,step=16)",
+    "trainer.max_epochs=3",
+]
+
+
+def test_params_are_translated_as_the_command_line_is():
+    from trainer.sweep.spec.problems import schema_problems
+
+    from_params = build_sweep_config({"method": "random", "params": PARAMS}, [])
+    from_command_line = build_sweep_config({"method": "random"}, COMMAND_LINE)
+    assert from_params == from_command_line
+    assert from_params["parameters"] == {
+        "optimizer.lr": {"distribution": "log_uniform_values", "min": 1e-4, "max": 0.1},
+        "optimizer.momentum": {"distribution": "uniform", "min": 0.5, "max": 0.99},
+        "model": {"values": ["small_cnn", "resnet18"]},
+        "data.batch_size": {"values": [16, 32, 48, 64]},
+    }
+    assert from_params["command"] == trial_command(["trainer.max_epochs=3"])
+    assert schema_problems(from_params) == []
+
+
+def test_the_command_line_wins_over_params():
+    sweeper = {
+        "method": "grid",
+        "params": {"optimizer.lr": "choice(0.1, 0.01)", "trainer.max_epochs": "3", "x": "1"},
+    }
+    config = build_sweep_config(sweeper, ["optimizer.lr=0.5", "trainer.max_epochs=1,2"])
+    assert config["parameters"] == {"trainer.max_epochs": {"values": [1, 2]}}
+    assert config["command"] == trial_command(["x=1", "optimizer.lr=0.5"])
+
+
+@pytest.mark.parametrize(
+    "value", ["choice(0.1, 0.01", "tag(log, interval(1e-4,))", "interval(0.1 0.9)"]
+)
+def test_params_outside_hydras_grammar_name_their_key(value):
+    with pytest.raises(TranslationError, match=r"^hydra\.sweeper\.params\.optimizer\.lr: "):
+        params_overrides({"model": "choice(a, b)", "optimizer.lr": value})
+    with pytest.raises(TranslationError, match="tag\\(...\\) of an interval must be `log`"):
+        build_sweep_config({"params": {"a": "tag(q_uniform, interval(0, 1))"}}, [])
+
+
+def test_both_spellings_in_one_definition_is_a_problem_naming_the_two_keys():
+    both = {
+        "params": {"optimizer.lr": "interval(0.01, 0.1)"},
+        "parameters": {"model": {"values": ["small_cnn"]}},
+    }
+    (problem,) = spelling_problems(both)
+    assert "hydra.sweeper.params and hydra.sweeper.parameters are both set" in problem
+    assert spelling_problems({"params": PARAMS, "parameters": {}}) == []
+    assert spelling_problems({"params": None, "parameters": both["parameters"]}) == []
+    assert spelling_problems({"params": PARAMS}) == []
 
 
 @pytest.mark.parametrize(

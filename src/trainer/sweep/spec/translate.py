@@ -11,6 +11,7 @@ from hydra.core.override_parser.types import (
     Override,
     RangeSweep,
 )
+from hydra.errors import OverrideParseException
 
 from trainer.sweep.spec.command import template
 from trainer.sweep.spec.distributions import MIN_MAX, grid_points
@@ -72,6 +73,46 @@ def spec_from_override(override: Override) -> dict[str, Any]:
     raise TranslationError(f"{override.input_line}: not a sweep override")
 
 
+def _fixed_key(line: str) -> str:
+    """The key (or config group) a fixed override `line` sets: `+a.b=1` -> a.b."""
+    return line.lstrip("+~").split("=", 1)[0]
+
+
+def params_overrides(params: Any) -> list[str]:
+    """`hydra.sweeper.params` (Hydra's sweeper spelling: key -> a value in Hydra's override
+    grammar, `choice(a, b)`, `tag(log, interval(1e-4, 1e-1))`, or a plain value every trial
+    gets) as the overrides it stands for, checked one by one so that an error names its key."""
+    lines = []
+    for key, value in (params or {}).items():
+        text = "null" if value is None else str(value)
+        line = f"{key}={text}"
+        try:
+            OverridesParser.create().parse_overrides([line])
+        except OverrideParseException as err:
+            why = [m for m in err.message.splitlines() if not m.startswith(("See ", "Error when"))]
+            raise TranslationError(
+                f"hydra.sweeper.params.{key}: {text!r} is not in Hydra's override grammar"
+                + (f" ({'; '.join(why)})" if why else "")
+                + "; write e.g. choice(a, b), range(1, 5), interval(0.1, 0.9) or "
+                "tag(log, interval(1e-4, 1e-1))"
+            ) from err
+        lines.append(line)
+    return lines
+
+
+def spelling_problems(sweeper: dict[str, Any]) -> list[str]:
+    """A search space written in both spellings at once: Hydra's `params` and W&B's
+    `parameters` (the command line's `key=a,b` sweeps go with either)."""
+    if sweeper.get("params") and sweeper.get("parameters"):
+        return [
+            "hydra.sweeper.params and hydra.sweeper.parameters are both set: write the search "
+            "space in one of them, params in Hydra's override grammar (optimizer.lr: "
+            "tag(log, interval(1e-4, 1e-1))) or parameters in W&B's spelling (optimizer.lr: "
+            "{distribution: log_uniform_values, min: 1e-4, max: 0.1})"
+        ]
+    return []
+
+
 def split_overrides(overrides: list[str]) -> tuple[list[str], dict[str, dict]]:
     """Command-line overrides -> (fixed overrides for every trial, swept parameters).
 
@@ -102,15 +143,21 @@ def build_sweep_config(
     sweeper: dict[str, Any], overrides: list[str], config_args: list[str] = ()
 ) -> dict[str, Any]:
     """The W&B sweep configuration of a sweeper config plus the command line (which wins);
-    `config_args` (the user's --config-dir/--config-name...) go into every trial's command."""
+    `config_args` (the user's --config-dir/--config-name...) go into every trial's command.
+    The search space comes from `parameters` (W&B's spelling), `params` (Hydra's sweepers'
+    spelling, translated as the command line is) and the command line's sweeps."""
     fixed, swept = split_overrides(overrides)
-    fixed_keys = {line.lstrip("+~").split("=", 1)[0] for line in fixed}
+    fixed_keys = {_fixed_key(line) for line in fixed}
+    given = fixed_keys | set(swept)  # what the command line sets
+    params_fixed, params_swept = split_overrides(params_overrides(sweeper.get("params")))
     parameters = {
         key: spec
         for key, spec in flatten_parameters(sweeper.get("parameters") or {}).items()
         if key not in fixed_keys
     }
+    parameters.update({k: spec for k, spec in params_swept.items() if k not in fixed_keys})
     parameters.update(swept)
+    fixed = [line for line in params_fixed if _fixed_key(line) not in given] + fixed
     config: dict[str, Any] = {}
     for key in SWEEP_KEYS:
         value = sweep_metric(sweeper.get(key)) if key == "metric" else sweeper.get(key)
