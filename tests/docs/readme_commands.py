@@ -1,10 +1,13 @@
-"""The commands a user can copy from README.md and benchmarks/README.md, and a shell to type them.
+"""The commands a user can copy from the documentation (README.md, benchmarks/README.md and every
+page of docs/), a shell to type them, and the links, anchors and source paths the pages name.
 
 `commands(path)` yields (line number, command) for every line of a fenced `bash` block (`\\`
 continuations joined, comments dropped) and every backticked command of a usage table (the
 README's `| you want | command |` table, the CPU and CUDA columns of the benchmarks table).
 `Shell` runs such a line through bash as a user types it, in a temporary checkout-like folder
-with its own HOME and output root, where `python` is the interpreter running the tests."""
+with its own HOME and output root, where `python` is the interpreter running the tests.
+`links(path)` and `anchors(path)` are a page's relative links and the anchors its headings make
+(GitHub's rule); `source_paths(path)` the files, folders and modules of the project it names."""
 
 from __future__ import annotations
 
@@ -15,7 +18,14 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-READMES = (ROOT / "README.md", ROOT / "benchmarks" / "README.md")
+DOCS = ROOT / "docs"
+
+
+def pages() -> list[Path]:
+    """Every page of documentation whose commands, links and paths are checked."""
+    return [ROOT / "README.md", ROOT / "benchmarks" / "README.md", *sorted(DOCS.glob("*.md"))]
+
+
 # Headers of the tables whose backticked cells are commands.
 COMMAND_TABLES = ("| you want | command |", "| what | CPU | CUDA |")
 
@@ -73,18 +83,82 @@ def _table_commands(lines: list[str]) -> list[tuple[int, str]]:
 
 
 def commands(path: Path) -> list[tuple[int, str]]:
-    """Every copyable command of one README, with its line number."""
+    """Every copyable command of one page, with its line number."""
     lines = path.read_text().splitlines()
     return sorted(_bash_blocks(lines) + _table_commands(lines))
 
 
 def all_commands() -> dict[str, str]:
-    """command -> where it first appears (`README.md:12`)."""
+    """command -> where it first appears (`README.md:12`, `docs/sweeps.md:40`)."""
     where: dict[str, str] = {}
-    for path in READMES:
+    for path in pages():
         for number, command in commands(path):
             where.setdefault(command, f"{path.relative_to(ROOT)}:{number}")
     return where
+
+
+def _prose(lines: list[str]) -> list[tuple[int, str]]:
+    """The lines outside fenced blocks, numbered."""
+    found, fenced = [], False
+    for number, raw in enumerate(lines, 1):
+        if raw.strip().startswith("```"):
+            fenced = not fenced
+        elif not fenced:
+            found.append((number, raw))
+    return found
+
+
+def slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation (backticks, dots, `&`, `=`)
+    dropped, spaces made hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    """The anchors of a page's headings (a repeated heading gets -1, -2, ...)."""
+    seen: dict[str, int] = {}
+    found = set()
+    for _, raw in _prose(path.read_text().splitlines()):
+        match = re.match(r"#{1,6} (.+)", raw)
+        if match:
+            base = slug(match.group(1))
+            n = seen.get(base, 0)
+            seen[base] = n + 1
+            found.add(base if n == 0 else f"{base}-{n}")
+    return found
+
+
+def links(path: Path) -> list[tuple[int, str]]:
+    """(line, target) of every link to another file of the checkout or an anchor."""
+    found = []
+    for number, raw in _prose(path.read_text().splitlines()):
+        for target in re.findall(r"\]\(([^)\s]+)\)", raw):
+            if not re.match(r"[a-z]+:", target):
+                found.append((number, target))
+    return found
+
+
+# Backticked names of the project's files and folders, and of its modules.
+_PATH = re.compile(r"`([\w.\-/]+)`")
+_MODULE = re.compile(r"`(trainer(?:\.\w+)+)|python -m ((?:trainer|benchmarks|tests)(?:\.\w+)*)")
+# Folders of the checkout a path may start with; anything else (`checkpoints/last.pt`,
+# `logs/optimizer.log`) names a file of a run or sweep directory, not of the project.
+CHECKOUT = ("src", "tests", "conf", "benchmarks", "docs", ".ci")
+
+
+def source_paths(path: Path) -> list[tuple[int, str]]:
+    """(line, name) of every project file, folder or module a page names in backticks or
+    `python -m`: `src/trainer/run.py`, `sweep/spec/`, `translate.py`, `trainer.sweep.search`."""
+    src_dirs = {p.name for p in (ROOT / "src").rglob("*") if p.is_dir()}
+    found = []
+    for number, raw in enumerate(path.read_text().splitlines(), 1):
+        for name in _PATH.findall(raw):
+            first = name.split("/")[0]
+            if name.endswith(".py") or ("/" in name and (first in CHECKOUT or first in src_dirs)):
+                found.append((number, name))
+        for dotted, module in _MODULE.findall(raw):
+            found.append((number, dotted or module))
+    return found
 
 
 WRAPPERS = {

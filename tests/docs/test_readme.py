@@ -1,7 +1,11 @@
-"""The README is a contract: every command a user can copy from README.md and
-benchmarks/README.md has one entry in COMMANDS, and is either typed into a shell here (small-size
-overrides appended) or listed as not run, with the reason and, where the README promises one,
-the clear error checked instead. Every row of the compile table has a check of what it claims."""
+"""The documentation is a contract: every command a user can copy from README.md,
+benchmarks/README.md and the pages of docs/ has one entry in COMMANDS, and is either typed into a
+shell here (small-size overrides appended) or listed as not run, with the reason and, where a page
+promises one, the clear error checked instead. Every row of the compile table (docs/compile.md)
+has a check of what it claims. Every link and anchor resolves, every file, folder and module a
+page names exists, and the README stays a front door that links every page.
+
+The scenario tests type commands into a shell (processes, sweeps): they are marked slow."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .readme_commands import ROOT, Shell, all_commands
+from .readme_commands import DOCS, ROOT, Shell, all_commands, anchors, links, pages, source_paths
 
 SMALL = "trainer.max_epochs=1 logger=none compile=off"
 TRIAL = f"{SMALL} hydra.sweeper.run_cap=1"
@@ -35,26 +39,29 @@ COMMANDS: dict[str, Run | NotRun] = {
     'python3 -m venv .venv && .venv/bin/pip install -e ".[dev]" && .venv/bin/python -m trainer': NotRun(
         "installs from a package index (network); the training it ends with is `python -m trainer`"
     ),
-    ".venv/bin/python -m pytest": NotRun("the test suite itself"),
+    "python -m pytest": NotRun("the test suite itself (the fast set)"),
+    "python -m pytest --slow": NotRun("the test suite itself, everything: what CI runs"),
     "python -m trainer": Run("single", "trainer.max_epochs=1 compile=off"),
     "python -m trainer compile.mode=max-autotune": NotRun(
-        "Inductor autotuning takes minutes on a CPU; its CPU warning is checked in test_compile.py"
+        "Inductor autotuning takes minutes on a CPU; its CPU warning is checked in "
+        "tests/compiling/test_compile.py"
     ),
     "python -m trainer compile=off": Run("overrides"),
     "python -m trainer compile=auto": NotRun(
         "this run in-process (its decision and figures in summary.json): "
-        "test_compile_run.py::test_auto_chooses_eager_for_small_cnn_on_this_cpu"
+        "tests/compiling/test_compile_run.py::test_auto_chooses_eager_for_small_cnn_on_this_cpu"
     ),
     "python -m trainer model=resnet18 data=cifar10 data.root=~/data": NotRun(
-        "needs the CIFAR-10 data set in ~/data; without it the README promises a clear error",
+        "needs the CIFAR-10 data set in ~/data; without it the docs promise a clear error",
         "test_scenario_cifar10_without_data",
     ),
     "python -m trainer model=resnet18 model.name=efficientnet_b0": NotRun(
-        "builds and trains a torchvision classifier by name: test_models.py::test_any_torchvision_name_works"
+        "builds and trains a torchvision classifier by name: "
+        "tests/train/test_models.py::test_any_torchvision_name_works"
     ),
     "python -m trainer optimizer=adamw optimizer.lr=3e-4 scheduler=cosine": Run("overrides"),
     "python -m trainer trainer.precision=bf16-mixed": NotRun(
-        "bf16 mixed precision is for a GPU: test_cli.py::test_bf16_where_the_device_cannot"
+        "bf16 mixed precision is for a GPU: tests/train/test_cli.py::test_bf16_where_the_device_cannot"
     ),
     "python -m trainer trainer.num_threads=4": Run("overrides"),
     "python -m trainer data=fake data.augment=strong trainer.label_smoothing=0.1 "
@@ -63,8 +70,9 @@ COMMANDS: dict[str, Run | NotRun] = {
     "compile=reduce-overhead data.augment=standard trainer.label_smoothing=0.1 trainer.ema=0.999 "
     "scheduler=cosine trainer.max_epochs=30": NotRun(
         "needs CIFAR-10 and a GPU; its keys run on the CPU in test_scenario_fast and "
-        "test_recipe.py, on CUDA in test_gpu.py::test_bf16_training_with_the_fast_settings and "
-        "test_reduce_overhead_records_cuda_graphs_once_then_only_replays"
+        "tests/train/test_recipe.py, on CUDA in "
+        "tests/train/test_gpu.py::test_bf16_training_with_the_fast_settings and "
+        "tests/train/test_gpu.py::test_reduce_overhead_records_cuda_graphs_once_then_only_replays"
     ),
     "python -m trainer logger=none": Run("single"),
     "python -m trainer logger.mode=online logger.project=myproj": NotRun(
@@ -82,11 +90,12 @@ COMMANDS: dict[str, Run | NotRun] = {
         "single", "compile=off eval.warmup=1 eval.steps=2"
     ),
     "python -m trainer.evaluate checkpoint=<run dir>/checkpoints/last.pt": NotRun(
-        "README.md's best.pt line on the other checkpoint file, typed in test_scenario_single"
+        "the best.pt line on the other checkpoint file, typed in test_scenario_single"
     ),
     "python -m trainer sweep=lr_bayes": Run("sweeps", TRIAL),
     "torchrun --nproc_per_node=2 -m trainer trainer.strategy=ddp": NotRun(
-        "this torchrun on 2 CPU processes (Gloo): test_ddp.py::test_ddp_matches_single_writes_once_and_resumes_single"
+        "this torchrun on 2 CPU processes (Gloo): "
+        "tests/train/test_ddp.py::test_ddp_matches_single_writes_once_and_resumes_single"
     ),
     "python -m trainer sweep=lr_random hydra.sweeper.dry_run=true": Run("sweeps", ""),
     "python -m trainer -m hydra/sweeper=wandb hydra.sweeper.method=grid "
@@ -108,7 +117,7 @@ COMMANDS: dict[str, Run | NotRun] = {
     ),
     "python -m trainer sweep=lr_bayes hydra.sweeper.backend=wandb hydra.sweeper.agents=0 "
     "hydra.sweeper.project=my-project": NotRun(
-        "needs a W&B account; without an API key the README promises an error within seconds",
+        "needs a W&B account; without an API key the docs promise an error within seconds",
         "test_scenario_wandb_backend_without_a_key",
     ),
     "WANDB_MODE=online wandb agent --count 10 my-team/my-project/8fz3k2qa": NotRun(
@@ -127,32 +136,35 @@ COMMANDS: dict[str, Run | NotRun] = {
     ),
     "wandb sync --dry-run outputs/runs/*/*/wandb/offline-run-*": Run("single", ""),
     "python -m trainer -m sweep=lr_random hydra.sweeper.agents=4": NotRun(
-        "four agents on one sweep: test_sweep_agents.py::test_four_agents_on_an_eight_point_grid_run_each_point_once"
+        "four agents on one sweep: tests/sweep/agents/test_local_agent.py::"
+        "test_four_agents_on_an_eight_point_grid_run_each_point_once"
     ),
     "python -m trainer.agent SWEEP_ID --count 3": Run("sweeps", ""),
     "python -m trainer.agent path/to/sweep/dir": Run("sweeps", ""),
     "python -m trainer.agent SWEEP_ID --devices 2,3": NotRun(
         "needs GPUs 2 and 3; joining agents with disjoint --devices on CPU: "
-        "test_sweep_devices.py::test_joining_agents_with_disjoint_devices_share_the_sweep"
+        "tests/sweep/agents/test_gpu_slots.py::"
+        "test_joining_agents_with_disjoint_devices_share_the_sweep"
     ),
     "python -m trainer sweep=lr_bayes hydra.sweeper.devices=auto": NotRun(
         "on a CPU machine auto finds no GPU and this is `sweep=lr_bayes`, typed above; device "
-        "slots with explicit indices: test_sweep_devices.py"
+        "slots with explicit indices: tests/sweep/agents/test_gpu_slots.py"
     ),
     "python -m trainer sweep=lr_random hydra.sweeper.devices=[0,1] "
     "hydra.sweeper.trials_per_device=2": NotRun(
         "four trials on 2 x 2 slots: "
-        "test_sweep_devices.py::test_two_trials_per_device_share_it_and_never_three"
+        "tests/sweep/agents/test_gpu_slots.py::test_two_trials_per_device_share_it_and_never_three"
     ),
     "python -m trainer sweep=lr_random hydra.sweeper.devices=[0,1,2,3] "
     "hydra.sweeper.gpus_per_trial=2": NotRun(
-        "a 2-process torchrun trial (Gloo): test_sweep_devices.py::"
+        "a 2-process torchrun trial (Gloo): tests/sweep/agents/test_gpu_slots.py::"
         "test_a_two_gpu_trial_runs_through_torchrun; the command: "
-        "test_sweep_plugin.py::test_a_multi_gpu_sweep_writes_the_torchrun_command"
+        "tests/plugin/test_wandb_sweeper.py::test_a_multi_gpu_sweep_writes_the_torchrun_command"
     ),
     "python -m trainer -m sweep=lr_random hydra.sweeper.sweep_id=SWEEP_ID "
     "hydra.sweeper.rerun_crashed=true": NotRun(
-        "needs a crashed trial: test_sweep_agents.py::test_kill_9_then_resume_loses_and_repeats_nothing"
+        "needs a crashed trial: "
+        "tests/sweep/agents/test_local_agent.py::test_kill_9_then_resume_loses_and_repeats_nothing"
     ),
     "python -m trainer.sweep ls": Run("sweeps", ""),
     "python -m trainer.sweep show SWEEP_ID": Run("sweeps", ""),
@@ -162,13 +174,14 @@ COMMANDS: dict[str, Run | NotRun] = {
     "python -m trainer sweep=pareto_optuna": Run("engines", "hydra.sweeper.dry_run=true"),
     'pip install -e ".[ax]" && python -m trainer sweep=ax_bayes': NotRun(
         "installs from a package index (network); engine ax itself: "
-        "test_sweep_engines.py::test_engine_ax_runs_a_small_sweep_when_installed (.ci/run installs "
+        "tests/sweep/search/test_suggest.py::test_engine_ax_runs_a_small_sweep_when_installed "
+        "(.ci/run installs "
         "the extra for it)"
     ),
     "python -m trainer sweep=bayes_wandb hydra.sweeper.dry_run=true": Run("engines", ""),
     "python -m trainer sweep=tpe_optuna hydra.sweeper.backend=wandb "
     "hydra.sweeper.project=my-project": NotRun(
-        "needs a W&B account and a network; without a key the README promises an error within "
+        "needs a W&B account and a network; without a key the docs promise an error within "
         "seconds, before anything is created",
         "test_scenario_wandb_backend_without_a_key",
     ),
@@ -183,39 +196,42 @@ COMMANDS: dict[str, Run | NotRun] = {
         "resolves the newest releases from a package index (network)"
     ),
     "python -m benchmarks.compile_modes": NotRun(
-        "a benchmark of minutes on an idle machine; test_benchmarks.py runs it reduced"
+        "a benchmark of minutes on an idle machine; tests/benchmarks/test_benchmarks.py runs it reduced"
     ),
     "python -m benchmarks.compile_modes --device cuda": NotRun("needs a GPU"),
     "python -m benchmarks.compile_regions": NotRun(
         "cold Inductor compiles of resnet18 and vit_tiny, one fresh process each: minutes per "
         "variant; compile.target=blocks itself is checked by the compile table rows here and by "
-        "test_compile_blocks.py"
+        "tests/compiling/test_regional.py"
     ),
     "python -m benchmarks.compile_regions --device cuda": NotRun("needs a GPU"),
     "python -m benchmarks.overhead": NotRun(
-        "a benchmark of minutes on an idle machine; test_benchmarks.py runs it reduced"
+        "a benchmark of minutes on an idle machine; tests/benchmarks/test_benchmarks.py runs it reduced"
     ),
     "python -m benchmarks.overhead --device cuda --model resnet18": NotRun("needs a GPU"),
     "python -m benchmarks.input_pipeline": NotRun(
-        "a benchmark of minutes on an idle machine; test_benchmarks.py runs it reduced"
+        "a benchmark of minutes on an idle machine; tests/benchmarks/test_benchmarks.py runs it reduced"
     ),
     "python -m benchmarks.input_pipeline --device cuda --format fashion_mnist --model resnet18 "
     "--augment standard --precision bf16-mixed --batch 512": NotRun("needs a GPU"),
     "python -m benchmarks.gpu_suite --dry-run": NotRun(
         "run in-process (the benchmarks package is not installed, so a shell outside the "
-        "checkout lacks it): test_benchmarks.py::test_gpu_suite_dry_run_prints_the_steps_on_any_machine"
+        "checkout lacks it): "
+        "tests/benchmarks/test_benchmarks.py::test_gpu_suite_dry_run_prints_the_steps_on_any_machine"
     ),
-    "python -m benchmarks.gpu_suite": NotRun("needs a GPU; its report: test_benchmarks.py"),
+    "python -m benchmarks.gpu_suite": NotRun(
+        "needs a GPU; its report: tests/benchmarks/test_benchmarks.py"
+    ),
     "python -m benchmarks.bayes_parity": NotRun(
-        "a benchmark of minutes; test_bayes_benchmark.py runs it reduced"
+        "a benchmark of minutes; tests/benchmarks/test_bayes_parity.py runs it reduced"
     ),
     "python -m benchmarks.sweep_engines": NotRun(
-        "nine whole sweeps, minutes each; test_sweep_engines_benchmark.py checks its sweeps' "
+        "nine whole sweeps, minutes each; tests/benchmarks/test_sweep_engines.py checks its sweeps' "
         "commands and its summary"
     ),
     "python -m benchmarks.compile_cache": NotRun(
         "cold Inductor compiles of resnet18 in fresh processes, minutes per round; the bundle it "
-        "times: test_compile_cache_runs.py::test_bundle_round_trip_and_an_incompatible_bundle"
+        "times: tests/cache/test_cache_runs.py::test_bundle_round_trip_and_an_incompatible_bundle"
     ),
     "python -m trainer.cache ls": Run("compile_cache", ""),
     "python -m trainer.cache ls outputs/sweeps/SWEEP_ID": Run("compile_cache", ""),
@@ -223,20 +239,40 @@ COMMANDS: dict[str, Run | NotRun] = {
     "python -m trainer.cache import cache.tar.gz": Run("compile_cache", ""),
     "python -m trainer -m sweep=compile_grid hydra.sweeper.prewarm=true": NotRun(
         "compile_grid compiles mobilenet_v3_small and max-autotune cold: minutes on a CPU; prewarm "
-        "in a real sweep: test_compile_cache_runs.py::"
+        "in a real sweep: tests/cache/test_cache_runs.py::"
         "test_prewarm_compiles_each_distinct_architecture_once_before_the_trials"
     ),
 }
 
 
+def test_the_docs_pages_are_read():
+    names = [p.relative_to(ROOT).as_posix() for p in pages()]
+    assert names[:2] == ["README.md", "benchmarks/README.md"]
+    assert {"docs/compile.md", "docs/sweeps.md", "docs/agents.md"} <= set(names)
+    assert set(names[2:]) == {p.relative_to(ROOT).as_posix() for p in DOCS.glob("*.md")}
+
+
 def test_every_readme_command_has_an_entry():
     missing = [f"{where}: {cmd}" for cmd, where in all_commands().items() if cmd not in COMMANDS]
-    assert not missing, "README commands without an entry in COMMANDS:\n" + "\n".join(missing)
+    assert not missing, "commands of the docs without an entry in COMMANDS:\n" + "\n".join(missing)
 
 
 def test_every_entry_is_still_in_a_readme():
     gone = sorted(set(COMMANDS) - set(all_commands()))
-    assert not gone, "COMMANDS entries no README shows any more:\n" + "\n".join(gone)
+    assert not gone, "COMMANDS entries no page shows any more:\n" + "\n".join(gone)
+
+
+def test_every_test_a_reason_names_exists():
+    """`tests/x/test_y.py::test_z` in a NotRun reason names a test that is there."""
+    wrong = []
+    for cmd, entry in COMMANDS.items():
+        if not isinstance(entry, NotRun):
+            continue
+        for path, name in re.findall(r"(tests/[\w/]+\.py)(?:::(\w+))?", entry.reason):
+            source = ROOT / path
+            if not source.is_file() or (name and f"def {name}(" not in source.read_text()):
+                wrong.append(f"{cmd!r}: {path}::{name}")
+    assert wrong == []
 
 
 def test_every_entry_is_typed_by_a_test():
@@ -298,6 +334,7 @@ def shell(tmp_path) -> Shell:
     return Shell(tmp_path)
 
 
+@pytest.mark.slow
 def test_scenario_single(shell):
     """A run, its config, wandb sync --dry-run, resuming it further and evaluating it."""
     proc = _type(shell, "python -m trainer --cfg job")
@@ -327,6 +364,7 @@ def test_scenario_single(shell):
     _all_typed("test_scenario_single")
 
 
+@pytest.mark.slow
 def test_scenario_overrides(shell):
     """Usage-table overrides that change the run: each run ends and its summary says so."""
     _type(shell, "python -m trainer compile=off")
@@ -338,6 +376,7 @@ def test_scenario_overrides(shell):
     _all_typed("test_scenario_overrides")
 
 
+@pytest.mark.slow
 def test_scenario_fast(shell):
     """Augmentation, label smoothing and EMA on the CPU: summary.json says what it did."""
     _type(
@@ -352,6 +391,7 @@ def test_scenario_fast(shell):
     _all_typed("test_scenario_fast")
 
 
+@pytest.mark.slow
 def test_scenario_multirun(shell):
     _type(shell, "python -m trainer -m optimizer.lr=0.1,0.01 compile=off,default")
     jobs = sorted(p.name for p in (shell.outputs / "multiruns").glob("*/*/*") if p.is_dir())
@@ -359,6 +399,7 @@ def test_scenario_multirun(shell):
     _all_typed("test_scenario_multirun")
 
 
+@pytest.mark.slow
 def test_scenario_cifar10_without_data(shell):
     """No CIFAR-10 in ~/data and no download: exit 2 with the message naming the fix."""
     cmd = "python -m trainer model=resnet18 data=cifar10 data.root=~/data"
@@ -368,6 +409,7 @@ def test_scenario_cifar10_without_data(shell):
     _all_typed("test_scenario_cifar10_without_data")
 
 
+@pytest.mark.slow
 def test_scenario_resume_finished(shell):
     """Resuming a finished run's last.pt says it is at epoch N of N and how to train further."""
     shell.type("python -m trainer", SMALL)
@@ -383,6 +425,7 @@ def test_scenario_resume_finished(shell):
     _all_typed("test_scenario_resume_finished")
 
 
+@pytest.mark.slow
 def test_scenario_wandb_backend_without_a_key(shell):
     """No API key: the README promises an error within seconds, before anything is created."""
     cmd = (
@@ -403,6 +446,7 @@ def test_scenario_wandb_backend_without_a_key(shell):
     _all_typed("test_scenario_wandb_backend_without_a_key")
 
 
+@pytest.mark.slow
 def test_scenario_engines(shell):
     """Optuna through W&B's scheduler optimizer: a one-run define-by-run sweep (its optimizer
     group chosen per run); the TPE, two-objective and engine-wandb definitions checked and
@@ -429,6 +473,7 @@ def _sweep_yaml(proc) -> Path:
     return Path(match.group(1))
 
 
+@pytest.mark.slow
 def test_scenario_sweeps(shell):
     """Dry runs print and write sweep.yaml; a one-trial bayes sweep, then its id and files."""
     proc = _type(shell, "python -m trainer sweep=lr_random hydra.sweeper.dry_run=true")
@@ -455,6 +500,7 @@ def test_scenario_sweeps(shell):
     _all_typed("test_scenario_sweeps")
 
 
+@pytest.mark.slow
 def test_scenario_own_config(shell):
     """A sweep in the user's own config dir, from the checkout and from any directory."""
     _type(
@@ -470,6 +516,7 @@ def test_scenario_own_config(shell):
     _all_typed("test_scenario_own_config")
 
 
+@pytest.mark.slow
 def test_scenario_compile_cache(shell, tmp_path):
     """ls, export by model and import by hand, on a cache that records two workloads, and ls of
     a sweep's bundle."""
@@ -498,9 +545,9 @@ def test_scenario_compile_cache(shell, tmp_path):
 
 
 def _compile_rows() -> dict[str, str]:
-    """`compile.*` key -> the row's text, from README.md's compile table."""
+    """`compile.*` key -> the row's text, from the compile table of docs/compile.md."""
     rows = {}
-    for line in (ROOT / "README.md").read_text().splitlines():
+    for line in (DOCS / "compile.md").read_text().splitlines():
         for key in re.findall(r"^\| `(compile\.[a-z_]+)`", line):
             rows[key] = line
     return rows
@@ -754,3 +801,122 @@ def test_every_compile_row_has_a_check():
 @pytest.mark.parametrize("check", list(COMPILE_ROWS.values()), ids=list(COMPILE_ROWS))
 def test_compile_row(check, dynamo, tmp_path, capsys):
     check(dynamo, tmp_path, capsys)
+
+
+# ---- links, anchors, source paths and the front door ---------------------------------------
+
+
+def test_every_link_and_anchor_resolves():
+    broken = []
+    for page in pages():
+        for number, target in links(page):
+            file, _, anchor = target.partition("#")
+            dest = (page.parent / file).resolve() if file else page
+            where = f"{page.relative_to(ROOT)}:{number}: {target}"
+            if not dest.exists():
+                broken.append(f"{where} (no such file)")
+            elif anchor and (dest.suffix != ".md" or anchor not in anchors(dest)):
+                broken.append(f"{where} (no such heading)")
+    assert broken == []
+
+
+def _project_paths() -> list[str]:
+    found = []
+    for top in ("src", "tests", "benchmarks", "conf"):
+        found += [p.relative_to(ROOT).as_posix() for p in (ROOT / top).rglob("*")]
+    return [p for p in found if "__pycache__" not in p]
+
+
+def _module_exists(dotted: str) -> bool:
+    for base in (ROOT / "src", ROOT):
+        path = base.joinpath(*dotted.split("."))
+        if path.with_suffix(".py").is_file() or (path / "__init__.py").is_file():
+            return True
+    return False
+
+
+def _names_a_module(dotted: str) -> bool:
+    """`trainer.sweep.search` (a module) or `trainer.validation.validate` (one name it defines);
+    `trainer.max_epochs` is a key of the `trainer` config group, not a module, and passes."""
+    from dataclasses import fields
+
+    from trainer.config import TrainerConfig
+
+    parts = dotted.split(".")
+    if len(parts) == 2 and parts[1] in {f.name for f in fields(TrainerConfig)}:
+        return True
+    for cut in range(len(parts), 0, -1):
+        if _module_exists(".".join(parts[:cut])):
+            rest = parts[cut:]
+            break
+    else:
+        return False
+    if not rest:
+        return True
+    if len(rest) > 1:
+        return False
+    base = ROOT / "src" if (ROOT / "src" / parts[0]).is_dir() else ROOT
+    module = base.joinpath(*parts[:cut])
+    source = module / "__init__.py" if module.is_dir() else module.with_suffix(".py")
+    return (
+        re.search(rf"^(def|class) {rest[0]}\b|^{rest[0]}\b.*=", source.read_text(), re.M)
+        is not None
+    )
+
+
+def test_every_file_folder_and_module_a_page_names_exists():
+    """After the source tree moves, no page names a module path that is gone: `sweep/spec/`,
+    `translate.py`, `src/trainer/config.py`, `trainer.sweep.search.wandb_sweeps`."""
+    paths = _project_paths()
+    wrong = []
+    for page in pages():
+        for number, name in source_paths(page):
+            if "/" in name or name.endswith(".py"):
+                bare = name.rstrip("/")
+                ok = (ROOT / bare).exists() or any(p.endswith("/" + bare) for p in paths)
+            else:
+                ok = _names_a_module(name)
+            if not ok:
+                wrong.append(f"{page.relative_to(ROOT)}:{number}: {name}")
+    assert wrong == []
+
+
+def test_the_readme_is_a_front_door_to_every_page():
+    readme = ROOT / "README.md"
+    assert len(readme.read_text().splitlines()) <= 250
+    linked = {(ROOT / target.partition("#")[0]).resolve() for _, target in links(readme)}
+    assert {p.resolve() for p in DOCS.glob("*.md")} <= linked
+
+
+def test_the_readme_names_the_test_commands():
+    text = (ROOT / "README.md").read_text()
+    assert (
+        "`python -m pytest` runs the fast set (at most 5 minutes on 2 CPU cores; tests marked"
+        in text
+    )
+    assert "`python -m pytest --slow` runs everything, as CI does (`.ci/run`, both Pythons)" in text
+
+
+def test_a_group_file_of_ones_own_inherits_the_schema(tmp_path):
+    """The README's own model file (`- /model_schema@_here_`) composes with the project's
+    defaults, and no group offers the schema as an option."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from trainer.validation import validate
+
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"```yaml\n(defaults:\n  - /model_schema@_here_\n.*?)```", text, re.S)
+    assert block, "the README's example of a group file of one's own"
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "mine.yaml").write_text(block.group(1))
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose(
+            config_name="train",
+            overrides=[f"hydra.searchpath=[file://{tmp_path}]", "model=mine"],
+            return_hydra_config=True,
+        )
+        options = GlobalHydra.instance().config_loader().get_group_options("model")
+    assert cfg.model.name == "efficientnet_b0" and cfg.model.width == 32  # the schema's default
+    assert validate(cfg).model.image_size == 32
+    assert "schema" not in options and "model_schema" not in options
