@@ -9,6 +9,7 @@ import pytest
 from benchmarks import compile_modes, destination, gpu_suite, input_pipeline, overhead
 
 
+@pytest.mark.slow
 def test_compile_modes_writes_table_json_and_chart(tmp_path):
     args = ["--models", "small_cnn", "--modes", "default,reduce-overhead"]
     args += ["--batch", "16", "--image-size", "16", "--backend"]
@@ -24,6 +25,7 @@ def test_compile_modes_writes_table_json_and_chart(tmp_path):
     assert (tmp_path / "compile_modes_cpu.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_overhead_writes_ratio(tmp_path):
     args = ["--steps", "3", "--batch", "16", "--rounds", "1", "--backend", "aot_eager"]
     args += ["--out", str(tmp_path)]
@@ -33,6 +35,7 @@ def test_overhead_writes_ratio(tmp_path):
     assert f"**{ratio:.3f}**" in text and "| bare PyTorch loop |" in text
 
 
+@pytest.mark.slow
 def test_a_trial_run_never_replaces_the_published_figures(tmp_path, monkeypatch, capsys):
     published = destination.PUBLISHED / "overhead_cpu.md"
     before = published.read_bytes()
@@ -56,6 +59,7 @@ def test_publish_and_out_exclude_each_other(capsys):
     assert overhead.parse(["--publish"]).publish is True
 
 
+@pytest.mark.slow
 def test_sweep_overhead_writes_its_table(tmp_path):
     from benchmarks import sweep_overhead
 
@@ -115,6 +119,7 @@ def test_gpu_suite_report_checks_the_targets(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_sweep_devices_packs_trials_on_a_device(tmp_path):
     from benchmarks import sweep_devices
 

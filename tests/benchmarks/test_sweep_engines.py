@@ -10,6 +10,7 @@ import pytest
 from benchmarks import sweep_engines
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["random", "tpe"])
 def test_each_sweep_command_passes_the_checks_before_launch(engine, tmp_path):
     argv = sweep_engines.command(engine, seed=1, budget=4, steps=5, folder=tmp_path)

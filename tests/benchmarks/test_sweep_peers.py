@@ -12,6 +12,7 @@ from benchmarks import destination, sweep_peers
 from trainer import cpu_share
 
 
+@pytest.mark.slow
 def test_sweep_peers_times_one_and_parallel_agents_and_writes_results(tmp_path):
     args = ["--sweepers", "ours", "--trials", "2", "--epochs", "1", "--rounds", "1"]
     args += ["--compile", "off", "--agents", "2", "--out", str(tmp_path)]

@@ -11,9 +11,13 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import CACHE, run_cli
 from trainer.cache.entries import cache_files
 from trainer.cache.key import key_id
+
+pytestmark = pytest.mark.slow  # every test here starts processes or compiles
 
 SMALL = ("logger=none", "trainer.max_epochs=1", "trainer.max_steps=2")
 

@@ -10,6 +10,8 @@ import pytest
 from tests.conftest import run_cli
 from trainer.run import run
 
+pytestmark = pytest.mark.slow  # every test here starts processes or compiles
+
 
 def _summary(run_dir):
     return json.loads((run_dir / "summary.json").read_text())

@@ -12,6 +12,8 @@ import torchvision
 from trainer import compiling
 from trainer.config import CompileConfig
 
+pytestmark = pytest.mark.slow  # every test here starts processes or compiles
+
 
 @pytest.fixture(autouse=True)
 def _clean_dynamo():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 
 from tests.sweep_commands import TRIAL
@@ -26,6 +27,7 @@ def _config(method, parameters, **extra):
     }
 
 
+@pytest.mark.slow
 def test_grid_sweep_runs_every_point_and_reports(tmp_path, capsys):
     config = _config(
         "grid",
@@ -63,6 +65,7 @@ def test_grid_sweep_runs_every_point_and_reports(tmp_path, capsys):
     assert sweep_id in listing and "grid" in listing and "finished" in listing
 
 
+@pytest.mark.slow
 def test_random_sweep_stops_at_run_cap(tmp_path):
     config = _config(
         "random",
@@ -75,6 +78,7 @@ def test_random_sweep_stops_at_run_cap(tmp_path):
     assert all(1e-4 <= r["params"]["optimizer.lr"] <= 1e-1 for r in res["runs"])
 
 
+@pytest.mark.slow
 def test_bayes_sweep_runs_a_few_and_count_limits_each_agent(tmp_path):
     config = _config("bayes", {"optimizer.lr": {"min": 0.001, "max": 0.1}})
     res = run_sweep(config, root=tmp_path, agents=2, count=1)

@@ -110,6 +110,7 @@ def _command(*fixed: str) -> list[str]:
     return build_sweep_config({"method": "random", "parameters": {}}, list(fixed))["command"]
 
 
+@pytest.mark.slow
 def test_a_trial_launched_like_wandb_agent_trains_with_the_suggested_values(tmp_path):
     command = _command("compile=off", "logger=wandb", "trainer.max_epochs=1")
     argv, env = _as_wandb_agent(tmp_path, command, PARAMS, "run00001")
@@ -132,6 +133,7 @@ def test_a_trial_launched_like_wandb_agent_trains_with_the_suggested_values(tmp_
     assert run.run_group == SWEEP_ID
 
 
+@pytest.mark.slow
 def test_sigterm_of_a_stop_command_ends_the_trial_cleanly(tmp_path):
     command = _command("compile=off", "logger=none", "trainer.max_epochs=500")
     argv, env = _as_wandb_agent(tmp_path, command, {"optimizer.lr": 0.01}, "run00002")

@@ -41,6 +41,7 @@ def _state(seed=0):
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_train_state_saves_and_restores_every_part(tmp_path):
     saved = _state(0)
     train_epoch(

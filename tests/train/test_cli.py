@@ -19,6 +19,7 @@ from trainer.devices import resolve_precision
 from trainer.run import run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, key",
     [
@@ -44,6 +45,7 @@ def test_bad_input_is_one_clear_paragraph(args, key, tmp_path):
         assert "Available options" in proc.stderr  # Hydra lists the valid options
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "override, key",
     [
@@ -68,6 +70,7 @@ def test_bf16_where_the_device_cannot(monkeypatch):
     assert resolve_precision("bf16-mixed", torch.device("cpu")) is torch.bfloat16
 
 
+@pytest.mark.slow
 def test_multirun_four_jobs_with_own_dirs_and_wandb_runs(tmp_path):
     out = tmp_path / "outputs"
     proc = run_cli(
@@ -106,6 +109,7 @@ def _wait_for(proc: subprocess.Popen, text: str, timeout: float) -> list[str]:
     raise AssertionError(f"never saw {text!r}; output: {''.join(seen)[-2000:]}")
 
 
+@pytest.mark.slow
 def test_sigterm_saves_and_resume_matches_uninterrupted(tmp_path):
     args = [
         # small_cnn with batch 4: ~360 cheap steps per epoch, so the signal lands mid-epoch
@@ -150,6 +154,7 @@ def test_sigterm_saves_and_resume_matches_uninterrupted(tmp_path):
     assert ref["metrics"]["val/acc"] == final["metrics"]["val/acc"]
 
 
+@pytest.mark.slow
 def test_runs_from_any_working_directory(tmp_path):
     proc = run_cli("--cfg", "job", "--resolve", cwd=tmp_path, timeout=60)
     assert proc.returncode == 0
@@ -157,6 +162,7 @@ def test_runs_from_any_working_directory(tmp_path):
     assert Path(ROOT / "conf" / "train.yaml").is_file()
 
 
+@pytest.mark.slow
 def test_options_with_a_backend_that_ignores_them_exit_2(tmp_path):
     proc = run_cli("logger=none", "compile.backend=aot_eager",
                    "compile.options={epilogue_fusion: true}", cwd=tmp_path, timeout=120)  # fmt: skip

@@ -142,6 +142,7 @@ def test_every_schema_field_has_one_comment():
     assert bare == []
 
 
+@pytest.mark.slow
 def test_cfg_job_prints_the_whole_composed_config(tmp_path):
     from tests.conftest import run_cli
 

@@ -94,6 +94,7 @@ def test_ddp_outside_torchrun_is_a_config_error(tmp_path, monkeypatch):
         run(make_cfg(*EAGER, "trainer.strategy=ddp"), run_dir=tmp_path)
 
 
+@pytest.mark.slow
 def test_ddp_matches_single_writes_once_and_resumes_single(single, tmp_path):
     out = tmp_path / "out"
     done = torchrun(
@@ -119,6 +120,7 @@ def test_ddp_matches_single_writes_once_and_resumes_single(single, tmp_path):
     assert_close(resumed, single["two"])
 
 
+@pytest.mark.slow
 def test_single_checkpoint_resumes_under_compiled_ddp(single, tmp_path):
     run_dir = tmp_path / "run"
     shutil.copytree(single["one_dir"], run_dir)  # a one-process run stopped after epoch 1
@@ -140,6 +142,7 @@ def test_single_checkpoint_resumes_under_compiled_ddp(single, tmp_path):
     assert not any("_orig_mod" in k or k.startswith("module.") for k in state["model"])
 
 
+@pytest.mark.slow
 def test_sigterm_stops_every_rank_at_the_same_step(tmp_path):
     run_dir = tmp_path / "run"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
@@ -166,6 +169,7 @@ def test_sigterm_stops_every_rank_at_the_same_step(tmp_path):
     assert f"step {state['progress']['step']};" in stops[0]
 
 
+@pytest.mark.slow
 @pytest.mark.gpu
 def test_ddp_on_every_gpu_with_inductor(tmp_path):
     gpus = torch.cuda.device_count()

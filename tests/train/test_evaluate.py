@@ -22,6 +22,7 @@ def eval_cfg(*overrides: str):
         return compose(config_name="evaluate", overrides=list(overrides))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "train_compile",
     [["compile=off"], ["compile.backend=aot_eager"]],
@@ -53,6 +54,7 @@ def test_missing_checkpoint_is_a_config_error(tmp_path):
         evaluate_checkpoint(eval_cfg(f"checkpoint={tmp_path / 'no.pt'}"), run_dir=tmp_path)
 
 
+@pytest.mark.slow
 def test_corrupt_checkpoint_exits_2(tmp_path):
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"not a checkpoint")
@@ -68,6 +70,7 @@ def test_corrupt_checkpoint_exits_2(tmp_path):
     assert f"checkpoint={bad} is not a readable checkpoint" in proc.stderr
 
 
+@pytest.mark.slow
 def test_help_lists_only_the_groups_that_compose_here():
     out = subprocess.run(
         [sys.executable, "-m", "trainer.evaluate", "--help"],

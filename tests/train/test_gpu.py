@@ -69,6 +69,7 @@ def test_reduce_overhead_records_cuda_graphs_once_then_only_replays(
     assert result["val/acc"] > 0.5
 
 
+@pytest.mark.slow
 def test_max_autotune_autotunes(tmp_path):
     """A fresh process and compile cache, so the autotuning is done, not read from a cache."""
     proc = run_cli(
@@ -130,6 +131,7 @@ def test_resident_pipeline_lives_on_the_gpu_and_a_step_never_syncs():
     assert sums.fold()["count"] == 4 * 64
 
 
+@pytest.mark.slow
 def test_ddp_on_two_gpus_matches_one(cfg_factory, tmp_path):
     if torch.cuda.device_count() < 2:
         pytest.skip("needs two CUDA devices")

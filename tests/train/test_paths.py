@@ -53,6 +53,7 @@ def test_every_path_key_is_expanded_when_read(monkeypatch, tmp_path):
     assert validate(make_cfg("trainer.resume=auto")).trainer.resume == "auto"
 
 
+@pytest.mark.slow
 def test_readme_tilde_example_is_accepted_as_typed(tmp_path):
     env = {**os.environ, "HOME": str(tmp_path)}
     proc = run_cli("data=cifar10", "data.root=~/data", "logger=none", cwd=tmp_path, env=env,
@@ -73,6 +74,7 @@ def test_fp16_on_the_cpu_is_warned_with_the_fix(caplog):
     assert "trainer.precision=32" in caplog.text and "slower" in caplog.text
 
 
+@pytest.mark.slow
 def test_a_rejected_run_leaves_no_run_directory(tmp_path):
     proc = run_cli("logger=none", "trainer.max_epochs=0", cwd=tmp_path, timeout=120)
     assert proc.returncode == 2 and "trainer.max_epochs" in proc.stderr
@@ -80,6 +82,7 @@ def test_a_rejected_run_leaves_no_run_directory(tmp_path):
     assert not runs.exists() or not any(runs.rglob("*")), list(runs.rglob("*"))
 
 
+@pytest.mark.slow
 def test_help_names_the_app_and_the_log_is_train_log(tmp_path):
     proc = run_cli("--help", cwd=tmp_path, timeout=120)
     assert proc.returncode == 0

@@ -52,6 +52,7 @@ def test_summary_records_speed_settings_data_pipeline_and_val_weights(cfg_factor
     assert 0.0 <= result["val/acc"] <= 1.0
 
 
+@pytest.mark.slow
 def test_mid_epoch_stop_resumes_bit_exact_with_augmentation_and_ema(
     cfg_factory, tmp_path, monkeypatch
 ):

@@ -22,6 +22,7 @@ from trainer.run import run
 ARGS = ["compile=off", "data.batch_size=4", "trainer.max_epochs=2", "trainer.device=cpu"]
 
 
+@pytest.mark.slow
 def test_sigint_then_resume_auto_continues_the_same_wandb_run(tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
@@ -59,6 +60,7 @@ def _finished(cfg_factory, tmp_path) -> Path:
     return run_dir
 
 
+@pytest.mark.slow
 def test_resuming_a_finished_run_says_how_to_train_further(cfg_factory, tmp_path):
     last = _finished(cfg_factory, tmp_path) / "checkpoints" / "last.pt"
     new_dir = tmp_path / "again"
@@ -78,6 +80,7 @@ def test_resuming_a_finished_run_says_how_to_train_further(cfg_factory, tmp_path
     assert Path(summary["paths"]["checkpoint"]).is_file()
 
 
+@pytest.mark.slow
 def test_resume_auto_of_a_finished_run_trains_nothing_and_exits_0(cfg_factory, tmp_path, capsys):
     run_dir = _finished(cfg_factory, tmp_path)
     before = (run_dir / "summary.json").read_text()

@@ -17,6 +17,7 @@ from trainer.config import ConfigError
 from trainer.run import run
 
 
+@pytest.mark.slow
 def test_default_model_learns_digits(cfg_factory, tmp_path):
     # The default epochs, eager, so this stays fast; compiled training is covered below.
     result = run(cfg_factory("compile=off", "logger=none"), run_dir=tmp_path)
@@ -41,6 +42,7 @@ def test_default_model_learns_digits(cfg_factory, tmp_path):
         assert key in rows[-1]
 
 
+@pytest.mark.slow
 def test_compiled_run_keeps_clean_checkpoint_keys(cfg_factory, tmp_path):
     cfg = cfg_factory(
         "logger=none", "trainer.max_epochs=1", "compile.backend=aot_eager", "model=resnet18"
@@ -54,6 +56,7 @@ def test_compiled_run_keeps_clean_checkpoint_keys(cfg_factory, tmp_path):
     assert summary["compile"]["enabled"] and summary["compile"]["graphs"] >= 1
 
 
+@pytest.mark.slow
 def test_inductor_compiles_a_tiny_model(cfg_factory, tmp_path):
     result = run(cfg_factory("logger=none", "trainer.max_epochs=2"), run_dir=tmp_path)
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -66,6 +69,7 @@ def _weights(path):
     return torch.load(path, weights_only=False)
 
 
+@pytest.mark.slow
 def test_resume_after_epoch_k_matches_uninterrupted(cfg_factory, tmp_path):
     full = run(
         cfg_factory(*FAST, "trainer.max_epochs=4", "scheduler=step", "scheduler.step_size=1"),
@@ -96,6 +100,7 @@ def test_resume_after_epoch_k_matches_uninterrupted(cfg_factory, tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_resume_auto_without_checkpoint_starts_fresh(cfg_factory, tmp_path):
     result = run(
         cfg_factory(*FAST, "trainer.max_epochs=1", "trainer.resume=auto"), run_dir=tmp_path
@@ -103,6 +108,7 @@ def test_resume_auto_without_checkpoint_starts_fresh(cfg_factory, tmp_path):
     assert "val/acc" in result
 
 
+@pytest.mark.slow
 def test_orig_mod_prefixed_checkpoint_loads(cfg_factory, tmp_path):
     run(cfg_factory(*FAST, "trainer.max_epochs=1"), run_dir=tmp_path / "a")
     state = _weights(tmp_path / "a/checkpoints/last.pt")
@@ -115,6 +121,7 @@ def test_orig_mod_prefixed_checkpoint_loads(cfg_factory, tmp_path):
     assert "val/acc" in result
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["missing", "corrupt", "other_model"])
 def test_bad_resume_is_a_config_error(cfg_factory, tmp_path, kind):
     target = tmp_path / "ckpt.pt"
@@ -155,6 +162,7 @@ def test_missing_data_root_names_the_key(cfg_factory, tmp_path):
         run(cfg_factory(*FAST, "data=mnist", f"data.root={tmp_path}"), run_dir=tmp_path / "r")
 
 
+@pytest.mark.slow
 def test_imagefolder_and_fake_data(cfg_factory, tmp_path):
     from PIL import Image
 
@@ -184,6 +192,7 @@ def test_imagefolder_and_fake_data(cfg_factory, tmp_path):
     assert "val/acc" in result
 
 
+@pytest.mark.slow
 def test_wandb_offline_run_has_flat_config(cfg_factory, tmp_path):
     run(cfg_factory("compile=off", "trainer.max_epochs=1", "logger.tags=[a,b]"), run_dir=tmp_path)
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -200,6 +209,7 @@ def test_wandb_offline_run_has_flat_config(cfg_factory, tmp_path):
     assert len(history) == 1 and history[0]["epoch"] == 1 and "val/acc" in history[0]
 
 
+@pytest.mark.slow
 def test_two_jobs_in_one_process_get_two_wandb_runs(cfg_factory, tmp_path):
     run(cfg_factory("compile=off", "trainer.max_epochs=1"), run_dir=tmp_path / "a")
     run(cfg_factory("compile=off", "trainer.max_epochs=1"), run_dir=tmp_path / "b")
@@ -214,6 +224,7 @@ def test_logger_none_starts_no_wandb_run(cfg_factory, tmp_path):
     assert not list(tmp_path.rglob("offline-run-*"))
 
 
+@pytest.mark.slow
 def test_sweep_params_that_disagree_stop_the_run(cfg_factory, tmp_path, monkeypatch):
     params = tmp_path / "params.yaml"
     params.write_text(

@@ -277,6 +277,7 @@ def test_nothing_in_src_imports_sweeps():
     assert offenders == []
 
 
+@pytest.mark.slow
 def test_a_sweep_suggestion_imports_no_sweeps_and_warns_nothing():
     """Validation, a bayes suggestion and a hyperband decision in a fresh interpreter that turns
     every warning into an error: no `sweeps`, no pydantic, no third-party warning."""

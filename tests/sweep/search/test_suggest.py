@@ -20,6 +20,8 @@ from trainer.sweep.report import leaderboard, pareto
 from trainer.sweep.store.database import SweepStore
 from trainer.sweep.store.suggestions import SuggestionQueue
 
+pytestmark = pytest.mark.slow  # every test here starts processes or compiles
+
 QUICK = [*TRIAL, "trainer.max_epochs=1", "trainer.max_steps=2"]
 LR = {"distribution": "log_uniform_values", "min": 1e-3, "max": 0.5}
 

@@ -1,5 +1,5 @@
 """The contract with W&B's experimental sweep scheduler: exactly the names, signatures and
-behaviours trainer/sweep/wandb_door.py uses, and that no other module of ours uses it.
+behaviours trainer/sweep/search/suggest/wandb_door.py uses, and that no other module of ours uses it.
 A change in wandb breaks this file, not the product."""
 
 from __future__ import annotations
@@ -130,4 +130,4 @@ def test_no_other_module_uses_the_scheduler():
         if uses.search(path.read_text()) and path.name != "wandb_door.py"
     ]
     assert offenders == []
-    assert Path(ROOT / "src/trainer/sweep/wandb_door.py").is_file()
+    assert Path(ROOT / "src/trainer/sweep/search/suggest/wandb_door.py").is_file()
