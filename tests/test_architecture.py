@@ -20,7 +20,7 @@ PORT = "trainer.sweep.search.wandb_sweeps"
 # The sweep side: the sweep package, its agent command and the Hydra sweeper plugin.
 SWEEP_SIDE = ("trainer.sweep", "trainer.agent", "hydra_plugins.wandb_sweeper")
 # What the training side may import of the compile cache: the session a run opens and closes.
-CACHE_INTERFACE = ("trainer.cache.session", "trainer.cache.workload", "trainer.cache.env")
+CACHE_INTERFACE = ("trainer.cache.session", "trainer.cache.workload")
 # What the compile cache may import of the rest: the schemas, paths and the one error type.
 CACHE_NEEDS = ("trainer.config", "trainer.config_rules", "trainer.errors", "trainer.layout")
 

@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -17,7 +18,6 @@ import torch
 from torch import nn
 
 from trainer import distributed
-from trainer.cache.session import CacheSession, close_session
 from trainer.checkpoint import TrainState
 from trainer.compiling import compile_stats, summary_for_tracker
 from trainer.config import CompileConfig, TrainerConfig
@@ -61,7 +61,9 @@ class Job:
     tracker: Tracker
     cpu: dict[str, Any] = field(default_factory=dict)  # threads and cores used (cpu_share)
     speed: dict[str, Any] = field(default_factory=dict)  # what speed.py and optim applied
-    cache: CacheSession | None = None  # the compile-cache session (trainer.cache.session)
+    # Closes the run's compile cache (given by run(), which opened it) with the compile stats
+    # and the W&B run; returns the summary's compile.cache section (None: nothing compiled).
+    close_cache: Callable[[dict[str, Any], Any], dict[str, Any] | None] = lambda stats, run: None
     timing: Timing = field(default_factory=Timing)
     started: float = field(default_factory=time.perf_counter)
     loop_started_at: float = field(default_factory=time.time)  # wall clock, for sweep agents
@@ -220,12 +222,12 @@ def finish(job: Job) -> RunSummary:
 
 
 def summarise(job: Job, status: str) -> RunSummary:
-    """The run's summary, after closing the compile-cache session (what this run compiled
+    """The run's summary, after closing the compile cache (what this run compiled
     goes to the bundle first, so the summary can say so); rank 0 writes summary.json."""
     t, p = job.trainer, job.progress
     last = p.history[-1] if p.history else {}
     stats = compile_stats()
-    cache = None if job.cache is None else close_session(job.cache, stats, job.tracker.wandb_run)
+    cache = job.close_cache(stats, job.tracker.wandb_run)
     summary = RunSummary(
         status=status,
         epochs_completed=p.epoch,

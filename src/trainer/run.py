@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from trainer import compiling, devices, distributed, speed, threads
-from trainer.cache.session import CacheSession, open_session
+from trainer.cache.session import close_session, open_session
+from trainer.cache.workload import label as workload_label
 from trainer.checkpoint import TrainState
 from trainer.compiling import trace
 from trainer.compiling.auto import StepRecipe, maybe_decide, planned_steps
@@ -50,7 +52,7 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
     device = ctx.device or devices.resolve_device(t.device)
     dtype = devices.resolve_precision(t.precision, device)
     flags = speed.apply_backend_flags(tf32=t.tf32, cudnn_benchmark=t.cudnn_benchmark, device=device)
-    cache = open_compile_cache(conf, layout, device, is_main=ctx.is_main)  # before compiling
+    close_cache, workload = open_compile_cache(conf, layout, device, is_main=ctx.is_main)
     compiling.reset()
     seed_everything(t.seed)
 
@@ -61,7 +63,9 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
         return resumed.already_done(state.progress)
     compiled, auto = compile_model(conf, state, data, device, dtype, ctx)
     if conf.compile.warm_only:  # compile into the cache and the bundle, train nothing
-        return warm_only(conf, state, data, cache, device=device, dtype=dtype)
+        return warm_only(
+            conf, state, data, layout, close_cache, device=device, dtype=dtype, workload=workload
+        )
     train_model = distributed.wrap(state.model, ctx)  # compiled in place, then wrapped
 
     tracker = open_tracker(conf, state.config, cfg, layout, ctx.is_main, resumed)
@@ -80,7 +84,7 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
         tracker=tracker,
         cpu=threads.record(cpu),
         speed=speed.record(flags, data.train.transform, state.optimizer),
-        cache=cache,
+        close_cache=close_cache,
     )
     try:
         fit(job)
@@ -96,16 +100,20 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
 
 def open_compile_cache(
     conf: TrainConfig, layout: RunLayout, device: torch.device, *, is_main: bool
-) -> CacheSession:
-    """Point Inductor at compile.cache_dir, start compile.trace (ended when the session
-    closes), and open the run's compile-cache session: all before anything compiles."""
+) -> tuple[Callable[[dict[str, Any], Any], dict[str, Any] | None], str]:
+    """Before anything compiles: point Inductor at compile.cache_dir, start compile.trace
+    (ended when the cache closes), and open the run's compile-cache session. Returns the
+    function that closes it (with the run's compile stats and W&B run: the summary's
+    compile.cache section) and the name of what compiles (its workload)."""
     trace.abandon()  # a previous run of this process (tests, multiruns) is over
     root = compiling.configure_cache(conf.compile)
     session = open_session(conf, layout, device, root, is_main=is_main)
     if conf.compile.trace and not conf.compile.disable:
         trace.start(layout)
         session.on_close.append(lambda: trace.finish(layout))
-    return session
+    return functools.partial(close_session, session), (
+        workload_label(session.work) if session.work else conf.model.name
+    )
 
 
 def seed_everything(seed: int) -> None:

@@ -7,18 +7,18 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
 import torch
 
-from trainer.cache.session import CacheSession, close_session
-from trainer.cache.workload import label
 from trainer.checkpoint import TrainState
 from trainer.compiling import compile_stats
-from trainer.config import TrainConfig
+from trainer.config import TrainConfig, TrainerConfig
 from trainer.data import DataBundle
 from trainer.devices import sync
+from trainer.layout import RunLayout
 from trainer.loop import evaluate, train_step
 from trainer.summary import RunSummary, run_paths
 
@@ -29,31 +29,18 @@ def warm_only(
     conf: TrainConfig,
     state: TrainState,
     data: DataBundle,
-    cache: CacheSession,
+    layout: RunLayout,
+    close_cache: Callable[[dict[str, Any], Any], dict[str, Any] | None],
     *,
+    workload: str,
     device: torch.device,
     dtype: torch.dtype | None,
 ) -> dict[str, Any]:
-    """Compile one training step and one evaluation batch; summary.json (status `prewarmed`)
-    holds the compile figures and what the bundle gained. Returns {"best": None, ...}."""
+    """Compile one training step and one evaluation batch of `workload`, close the cache; its
+    summary.json (status `prewarmed`) says what the bundle gained. Returns {"best": None, ...}."""
     t = conf.trainer
     start = time.perf_counter()
-    x, y = next(iter(data.train))
-    state.model.train()
-    train_step(
-        state.model,
-        state.optimizer,
-        state.scaler,
-        x.to(device),
-        y.to(device),
-        device=device,
-        dtype=dtype,
-        grad_clip=t.grad_clip,
-        label_smoothing=t.label_smoothing,  # the very graph training compiles
-    )
-    first = list(itertools.islice(iter(data.val), 1))  # padded, as evaluation pads it
-    evaluate(state.model, first, device=device, dtype=dtype, batch_size=data.eval_batch_size)
-    sync(device)
+    _one_step_each(state, data, t, device=device, dtype=dtype)
     seconds = time.perf_counter() - start
     stats = compile_stats()
     summary = RunSummary(
@@ -70,17 +57,37 @@ def warm_only(
         precision=t.precision,
         cpu={},
         torch=torch.__version__,
-        paths=run_paths(cache.layout, wandb_run_dir=None, wandb_run_id=None),
+        paths=run_paths(layout, wandb_run_dir=None, wandb_run_id=None),
         config=state.config,
     )
-    summary.compile["cache"] = report = close_session(cache, stats) or {}
-    summary.write(cache.layout.summary)
+    summary.compile["cache"] = report = close_cache(stats, None) or {}
+    summary.write(layout.summary)
     hits = stats["fxgraph_cache_hit"] + stats["aot_autograd_cache_hit"]
     misses = stats["fxgraph_cache_miss"] + stats["aot_autograd_cache_miss"]
     print(
-        f"warm_only: {label(cache.work) if cache.work else conf.model.name}: compiled in "
-        f"{seconds:.1f} s ({hits} cache hit(s), {misses} miss(es)); "
-        f"{report.get('pushed', 0)} file(s) added to the bundle",
+        f"warm_only: {workload}: compiled in {seconds:.1f} s ({hits} cache hit(s), {misses} "
+        f"miss(es)); {report.get('pushed', 0)} file(s) added to the bundle",
         flush=True,
     )
     return {"best": None, "compile_s": seconds}
+
+
+def _one_step_each(state: TrainState, data: DataBundle, t: TrainerConfig, **where: Any) -> None:
+    """One training step and one evaluation batch: the very graphs training compiles."""
+    x, y = next(iter(data.train))
+    state.model.train()
+    device, dtype = where["device"], where["dtype"]
+    train_step(
+        state.model,
+        state.optimizer,
+        state.scaler,
+        x.to(device),
+        y.to(device),
+        device=device,
+        dtype=dtype,
+        grad_clip=t.grad_clip,
+        label_smoothing=t.label_smoothing,
+    )
+    first = list(itertools.islice(iter(data.val), 1))  # padded, as evaluation pads it
+    evaluate(state.model, first, device=device, dtype=dtype, batch_size=data.eval_batch_size)
+    sync(device)
