@@ -121,16 +121,6 @@ class SweepLayout:
         return self.root / "sweep.png"
 
     @property
-    def cpu_slots(self) -> Path:
-        """{"agents": {pid: {cores, cpus, start}}, "per_trial": n | null} (sweep.cpu_slots)."""
-        return self.root / "cpu_slots.json"
-
-    @property
-    def cpu_slots_lock(self) -> Path:
-        """flock'ed while cpu_slots.json is read and rewritten."""
-        return self.root / "cpu_slots.lock"
-
-    @property
     def optimizer_log(self) -> Path:
         """The messages of a scheduler-driven sweep's optimizer (optuna, ax), every holder's."""
         return self.root / "logs" / "optimizer.log"

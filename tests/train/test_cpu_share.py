@@ -299,6 +299,44 @@ def test_a_joining_agent_waits_for_a_free_core(tmp_path, monkeypatch):
     cpu_slots.release_share(tmp_path)
 
 
+def test_cpu_slots_of_another_host_take_no_core_of_this_one(tmp_path):
+    """A sweep directory shared with another machine: the slots its agents hold (host node-b)
+    stay in the ledger while they heartbeat, whatever their PIDs name here, and take none of
+    this machine's cores; once silent they are dropped."""
+    from trainer.sweep.agents.liveness import Holder, this_host
+
+    limits = CpuLimits((0, 1))
+    table = cpu_slots.CpuSlots(tmp_path)
+    theirs = Holder("node-b", os.getpid())  # the same PID number, on another machine
+    with table.store.transaction() as db:
+        table.store.hold_cpu_slot(db, theirs, (0, 1), 2)
+    mine, others = table.claim(os.getpid(), slot=None, per_trial=None, limits=limits)
+    assert mine.cores == (0, 1) and others == {}
+    assert table.held() == {os.getpid(): (0, 1)}
+    with table.store.transaction() as db:
+        assert {s.holder.host for s in table.store.cpu_slots(db)} == {"node-b", this_host()}
+        db.execute("UPDATE agent_slots SET heartbeat_at = 0 WHERE host = 'node-b'")
+        assert [s.holder.host for s in table.store.cpu_slots(db)] == [this_host()]
+    rows = table.store.connection.execute("SELECT host FROM agent_slots").fetchall()
+    assert rows == [(this_host(),)]  # the silent one's row is gone
+    table.release(os.getpid())
+
+
+def test_a_slot_whose_pid_now_runs_another_process_is_free(tmp_path):
+    """A slot records its agent's start time: the same PID with another start time (the PID
+    was given to a new process) holds nothing."""
+    limits = CpuLimits((0, 1))
+    table = cpu_slots.CpuSlots(tmp_path)
+    share, _ = table.claim(os.getpid(), slot=None, per_trial=1, limits=limits)
+    assert table.held() == {os.getpid(): share.cores}
+    with table.store.transaction() as db:  # as if this PID had been given to a new process
+        db.execute("UPDATE agent_slots SET started = started - 3600 WHERE pid = ?", (os.getpid(),))
+    assert table.held() == {}
+    again, others = table.claim(os.getpid(), slot=None, per_trial=1, limits=limits)
+    assert again.cores == share.cores and others == {}
+    table.release(os.getpid())
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
 def test_a_child_started_inside_inherited_affinity_runs_on_those_cores():
     core = min(os.sched_getaffinity(0))

@@ -15,7 +15,6 @@ import pytest
 from tests.conftest import ROOT, run_cli
 from tests.sweep_commands import TRIAL
 from trainer import cpu_share
-from trainer.layout import SweepLayout
 from trainer.sweep.agents import cpu_slots
 from trainer.sweep.local import run_sweep
 from trainer.sweep.store.database import SweepStore
@@ -61,11 +60,9 @@ def test_two_concurrent_trials_each_get_half_the_cpus_on_their_own_cores(tmp_pat
     assert len(first) == len(second) == expected and not first & second  # disjoint
     (a, b) = (sorted(rs, key=lambda r: r.started_at)[0] for rs in by_agent.values())
     assert a.started_at < b.ended_at and b.started_at < a.ended_at  # they ran at the same time
-    assert (
-        not SweepLayout(tmp_path / "sweeps" / res["sweep_id"])
-        .cpu_slots.read_text()
-        .count('"cores"')
-    )  # both agents freed their slots
+    assert not store.connection.execute("SELECT COUNT(*) FROM agent_slots").fetchone()[
+        0
+    ]  # both agents freed their slots
 
 
 def test_cpus_per_trial_is_honoured(tmp_path):

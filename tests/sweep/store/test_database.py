@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
+import pytest
+
 from trainer.sweep.search import classic
 from trainer.sweep.store.database import SweepStore
 from trainer.sweep.store.directory import new_id
@@ -170,3 +173,81 @@ def test_a_killed_agent_lingering_as_a_zombie_counts_as_gone():
     assert not _pid_alive(proc.pid)
     assert Path(f"/proc/{proc.pid}").exists()  # still in the process table
     proc.wait()
+
+
+def _as_of_host(store, run_id, host, heartbeat_at, **fields):
+    """Record `run_id` as held by an agent of `host` (a sweep directory shared by machines)."""
+    store.update(run_id, host=host, heartbeat_at=heartbeat_at, **fields)
+
+
+def test_a_run_of_another_host_is_lost_only_when_its_heartbeat_lapses(tmp_path):
+    """Its agent's PID means nothing here: a PID that runs no process here (or runs another one)
+    does not make the run lost while its heartbeat is fresh; a stale heartbeat does."""
+    import time
+
+    store = _store(tmp_path)
+    gone = max(psutil.pids()) + 1000  # no process here has this PID
+    fresh, stale = _claim(store, pid=gone), _claim(store, pid=gone)
+    _as_of_host(store, fresh.id, "node-b", time.time())
+    _as_of_host(store, stale.id, "node-b", time.time() - 300)
+    assert store.mark_lost_runs() == [stale.id]
+    assert store.run(fresh.id).state == "running" and store.run(stale.id).state == "crashed"
+    # An agent here reruns the lost point and runs the rest; the live one's point is not rerun.
+    rerun = _claim(store, rerun_crashed=True)
+    assert rerun.rerun_of == stale.id and rerun.params == stale.params
+    while _claim(store, rerun_crashed=True) is not None:
+        assert store.mark_lost_runs() == []
+    points = [tuple(r.params.values()) for r in store.runs() if not r.superseded]
+    assert len(points) == 8 and len(set(points)) == 8  # each point once
+    _as_of_host(store, fresh.id, "node-b", time.time() - 2.0)  # its heartbeat stopped
+    assert store.mark_lost_runs(stale_s=1.0) == [fresh.id]
+
+
+@pytest.mark.slow
+def test_a_lost_run_of_another_host_never_kills_a_process_here(tmp_path):
+    """The trial PID of another host's lost run may name a process here (even one that looks
+    like that run's trial): it is left alone."""
+    import time
+
+    store = _store(tmp_path)
+    run = _claim(store)
+    lookalike = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", f"/x/runs/{run.id}"]
+    )
+    try:
+        _as_of_host(store, run.id, "node-b", time.time() - 300, pid=lookalike.pid)
+        assert store.mark_lost_runs() == [run.id]
+        time.sleep(0.3)
+        assert lookalike.poll() is None  # another host's PID: never signalled here
+    finally:
+        lookalike.kill()
+        lookalike.wait()
+
+
+def test_an_old_store_gains_the_agent_start_column_and_keeps_its_rows(tmp_path):
+    """A sweep.db written before hosts, devices and agent start times were recorded opens, its
+    runs kept; its running rows are judged as this host's, by PID."""
+    import sqlite3
+
+    path = tmp_path / "sweep.db"
+    db = sqlite3.connect(path)
+    db.executescript(
+        "CREATE TABLE sweep (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+        "CREATE TABLE runs (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL, "
+        "state TEXT NOT NULL, params TEXT NOT NULL, search_info TEXT, agent_pid INTEGER, "
+        "pid INTEGER, run_dir TEXT, log_path TEXT, exit_code INTEGER, log_tail TEXT, "
+        "summary TEXT, stop_requested INTEGER NOT NULL DEFAULT 0, rerun_of TEXT, "
+        "superseded INTEGER NOT NULL DEFAULT 0, created_at REAL NOT NULL, started_at REAL, "
+        "ended_at REAL, heartbeat_at REAL);"
+    )
+    db.execute(
+        "INSERT INTO runs (id, state, params, agent_pid, created_at) VALUES (?, ?, ?, ?, ?)",
+        ("old", "running", '{"a": 1}', os.getpid(), 0.0),
+    )
+    db.commit()
+    db.close()
+    store = SweepStore(path)
+    (run,) = store.runs()
+    assert run.id == "old" and run.host is None and run.agent_started is None
+    assert run.agent.alive()  # this process, by PID as then
+    assert store.mark_lost_runs() == []

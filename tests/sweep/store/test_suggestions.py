@@ -118,3 +118,75 @@ def test_the_search_ends_at_run_cap_and_says_why(sweep):
     assert queue.takeable() and queue.lease(store.connection)[0] == ""  # handed back on close
     with store.transaction() as db:  # the next holder's generation follows
         assert queue.hold(db, "next", os.getpid()) == 2
+
+
+def test_a_lease_of_another_host_lapses_only_when_its_renewals_stop(sweep, dead_pid):
+    """The holder's PID means nothing here: a fresh lease of host node-b is kept whatever runs
+    under that PID here; once it has not been renewed for LEASE_S, it may be taken."""
+    import time
+
+    from trainer.sweep.store.suggestions import LEASE_S
+
+    _, store = sweep
+    queue = SuggestionQueue(store)
+    with store.transaction() as db:
+        assert queue.hold(db, "theirs", os.getpid()) == 1
+        db.execute("UPDATE optimizer_lease SET host = 'node-b', pid = ?", (dead_pid,))
+    assert not queue.takeable()
+    with store.transaction() as db:
+        assert queue.hold(db, "mine", os.getpid()) is None  # held elsewhere
+        db.execute("UPDATE optimizer_lease SET renewed_at = ?", (time.time() - LEASE_S - 1,))
+    assert queue.takeable()
+    with store.transaction() as db:
+        assert queue.hold(db, "mine", os.getpid()) == 2
+    assert queue.lease(store.connection).holder.here
+
+
+def test_waiting_agents_of_another_host_count_while_they_look_for_runs(sweep, dead_pid):
+    import time
+
+    from trainer.sweep.store.suggestions import LEASE_S
+
+    _, store = sweep
+    queue = SuggestionQueue(store)
+    queue.wait(os.getpid(), True)
+    with store.transaction() as db:
+        db.execute(
+            "INSERT INTO waiting_agents (host, pid, since, heartbeat_at) VALUES (?, ?, ?, ?)",
+            ("node-b", dead_pid, time.time(), time.time()),
+        )
+    assert queue.waiting(store.connection) == 2
+    with store.transaction() as db:
+        db.execute(
+            "UPDATE waiting_agents SET heartbeat_at = ? WHERE host = 'node-b'",
+            (time.time() - LEASE_S - 1,),
+        )
+    assert queue.waiting(store.connection) == 1  # silent for LEASE_S: gone
+    queue.wait(os.getpid(), False)
+    assert queue.waiting(store.connection) == 0
+
+
+def test_an_old_store_keeps_its_lease_and_waiting_agents(tmp_path):
+    """Tables written before holders had hosts and start times: the lease and the waiting
+    agents survive the migration, judged as this host's by PID."""
+    import sqlite3
+    import time
+
+    layout = SweepLayout(tmp_path / "sweep")
+    SweepStore(layout.db).close()
+    db = sqlite3.connect(layout.db)
+    db.executescript(
+        "CREATE TABLE optimizer_lease (one INTEGER PRIMARY KEY CHECK (one = 1), token TEXT NOT "
+        "NULL, pid INTEGER NOT NULL, generation INTEGER NOT NULL, renewed_at REAL NOT NULL);"
+        "CREATE TABLE waiting_agents (pid INTEGER PRIMARY KEY, since REAL NOT NULL);"
+    )
+    db.execute("INSERT INTO optimizer_lease VALUES (1, 'old', ?, 3, ?)", (os.getpid(), time.time()))
+    db.execute("INSERT INTO waiting_agents VALUES (?, ?)", (os.getpid(), time.time()))
+    db.commit()
+    db.close()
+    store = SweepStore(layout.db)
+    queue = SuggestionQueue(store)
+    lease = queue.lease(store.connection)
+    assert (lease.token, lease.generation, lease.host) == ("old", 3, None)
+    assert not queue.takeable()  # this process, alive, renewed just now
+    assert queue.waiting(store.connection) == 1

@@ -1,15 +1,14 @@
-"""Which cores the live agents of one local sweep hold (`cpu_slots.json` in the sweep
-directory, changed under an fcntl lock): an agent that joins later takes free cores only, and a
-dead agent's cores are free again."""
+"""Which cores the live agents of one local sweep hold: their rows of the store's slot ledger
+(`agent_slots` in sweep.db, beside the devices each running run holds), changed in the store's
+transactions and judged alive as runs are (trainer.sweep.agents.liveness). Cores are a machine's:
+an agent counts the slots of its own host only. An agent that joins later takes free cores only,
+and a dead agent's cores are free again."""
 
 from __future__ import annotations
 
-import fcntl
-import json
 import os
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,33 +22,12 @@ from trainer.cpu_share import (
     plan_shares,
     process_limits,
 )
-from trainer.layout import SweepLayout, write_text_atomic
+from trainer.layout import SweepLayout
+from trainer.sweep.agents.liveness import Holder, this_host
+from trainer.sweep.store.database import SweepStore
 
 WAIT_S = 1.0  # how often an agent with no free core looks again
-
-
-def _start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (tells a reused PID apart), or None
-    when it is gone, a zombie, or there is no /proc."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return None if stat[0] in ("Z", "X") else int(stat[19])
-
-
-def alive(pid: int, start: int | None) -> bool:
-    """Whether the agent that wrote (pid, start) still runs."""
-    if not Path("/proc").is_dir():  # no /proc: trust the signal check
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    ticks = _start_ticks(pid)
-    return ticks is not None and (start is None or ticks == start)
+PER_TRIAL_KEY = "cpus_per_trial"  # the sweep's per-trial size, set by the agents it started
 
 
 def pick_cores(
@@ -94,31 +72,16 @@ def choose(
 
 
 class CpuSlots:
-    """The table of one sweep directory."""
+    """The CPU slots of one sweep (its store, or the directory that holds its sweep.db)."""
 
-    def __init__(self, directory: str | Path) -> None:
-        self.dir = Path(directory)
-        self.path = SweepLayout(self.dir).cpu_slots
-
-    @contextmanager
-    def _table(self) -> Iterator[dict[str, Any]]:
-        """The table, dead agents dropped, locked; what the block leaves in it is written."""
-        with open(SweepLayout(self.dir).cpu_slots_lock, "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                table = json.loads(self.path.read_text()) if self.path.is_file() else {}
-            except json.JSONDecodeError:  # written atomically: only a hand edit gets here
-                table = {}
-            agents = table.setdefault("agents", {})
-            for pid in [p for p, e in agents.items() if not alive(int(p), e.get("start"))]:
-                del agents[pid]
-            yield table
-            write_text_atomic(self.path, json.dumps(table, indent=2, sort_keys=True))
+    def __init__(self, where: str | Path | SweepStore) -> None:
+        self.store = where if isinstance(where, SweepStore) else SweepStore(SweepLayout(where).db)
 
     def held(self) -> dict[int, tuple[int, ...]]:
-        """The cores each live agent holds, by PID."""
-        with self._table() as table:
-            return {int(p): tuple(e["cores"]) for p, e in table["agents"].items()}
+        """The cores each live agent of this host holds, by PID."""
+        with self.store.transaction() as db:
+            slots = self.store.cpu_slots(db)
+        return {s.holder.pid: s.cores for s in slots if s.holder.host == this_host()}
 
     def claim(
         self,
@@ -128,28 +91,28 @@ class CpuSlots:
         per_trial: int | None,
         limits: CpuLimits,
     ) -> tuple[Share | None, dict[int, tuple[int, ...]]]:
-        """Record `pid`'s share (see `choose`); return it (None: nothing free) and the cores
-        the other live agents hold."""
-        with self._table() as table:
-            agents = table["agents"]
-            agents.pop(str(pid), None)
+        """Record the share of `pid` (an agent of this host; see `choose`); return it (None:
+        nothing free) and the cores the host's other live agents hold."""
+        agent = Holder.of(pid)
+        with self.store.transaction() as db:
+            others = {
+                s.holder.pid: s
+                for s in self.store.cpu_slots(db)
+                if s.holder.host == agent.host and s.holder.pid != pid
+            }
             if slot is not None:  # started by the sweep command: its per-trial size is the sweep's
-                table["per_trial"] = per_trial
+                self.store.set(PER_TRIAL_KEY, per_trial, db)
             elif per_trial is None:
-                per_trial = table.get("per_trial")
-            share = choose(limits, list(agents.values()), slot=slot, per_trial=per_trial)
-            others = {int(p): tuple(e["cores"]) for p, e in agents.items()}
-            if share is not None:
-                agents[str(pid)] = {
-                    "cores": list(share.cores),
-                    "cpus": share.cpus,
-                    "start": _start_ticks(pid),
-                }
-            return share, others
+                per_trial = self.store.get(PER_TRIAL_KEY)  # read inside this transaction
+            held = [{"cores": list(s.cores), "cpus": s.cpus} for s in others.values()]
+            share = choose(limits, held, slot=slot, per_trial=per_trial)
+            cores = None if share is None else share.cores
+            self.store.hold_cpu_slot(db, agent, cores, 0 if share is None else share.cpus)
+        return share, {p: s.cores for p, s in others.items()}
 
     def release(self, pid: int) -> None:
-        with self._table() as table:
-            table["agents"].pop(str(pid), None)
+        with self.store.transaction() as db:
+            self.store.hold_cpu_slot(db, Holder.of(pid), None)
 
 
 def _given(per_trial: int | None) -> tuple[tuple[int, int] | None, int | None]:
@@ -171,19 +134,19 @@ def planned_share() -> Share | None:
 
 
 def claim_share(
-    directory: str | Path,
+    where: str | Path | SweepStore,
     *,
     per_trial: int | None = None,
     stop: Callable[[], bool] = lambda: False,
     say: Callable[[str], None] = print,
 ) -> Share | None:
-    """This agent's share of the CPUs in the sweep at `directory`, waiting while the sweep's
-    other agents hold every core (None when `stop()` turns true first). The slot and the
-    sweep's per-trial size come from the environment the sweep command gives its agents;
-    `per_trial` (the agent's own option) wins over the latter."""
+    """This agent's share of the CPUs in the sweep `where` (its store or directory), waiting
+    while the sweep's other agents on this machine hold every core (None when `stop()` turns
+    true first). The slot and the sweep's per-trial size come from the environment the sweep
+    command gives its agents; `per_trial` (the agent's own option) wins over the latter."""
     slot, per_trial = _given(per_trial)
     limits = process_limits()
-    slots = CpuSlots(directory)
+    slots = CpuSlots(where)
     told = False
     while not stop():
         share, others = slots.claim(os.getpid(), slot=slot, per_trial=per_trial, limits=limits)
@@ -194,7 +157,7 @@ def claim_share(
                     f"agent: trials run on cores {format_cpu_list(share.cores)} "
                     f"({share.cpus} thread(s)"
                     + (", shared: more agents than cores" if shared else "")
-                    + "); the sweep's other agents hold "
+                    + "); the sweep's other agents here hold "
                     + ", ".join(
                         f"{format_cpu_list(c)} (pid {p})" for p, c in sorted(others.items())
                     )
@@ -202,7 +165,7 @@ def claim_share(
             return share
         if not told:
             say(
-                "agent: every CPU this process may use is held by the sweep's other agents ("
+                "agent: every CPU this process may use is held by the sweep's other agents here ("
                 + ", ".join(
                     f"pid {p}: cores {format_cpu_list(c)}" for p, c in sorted(others.items())
                 )
@@ -213,6 +176,6 @@ def claim_share(
     return None
 
 
-def release_share(directory: str | Path) -> None:
+def release_share(where: str | Path | SweepStore) -> None:
     """Free this agent's cores (a dead agent's are freed by the next reader anyway)."""
-    CpuSlots(directory).release(os.getpid())
+    CpuSlots(where).release(os.getpid())

@@ -1,19 +1,20 @@
 """Which GPUs a local sweep's trials use: the devices the sweep may use (`hydra.sweeper.devices`:
 auto or indices), how many trials share one (`trials_per_device`) or how many one trial spans
 (`gpus_per_trial`, through torchrun), and a free device for each trial, chosen inside the store's
-claim transaction from the running runs that hold devices on this machine."""
+claim transaction from the running runs that hold devices on this machine (the store's slot
+ledger: a run's devices are free again when it ends or its agent dies, as
+trainer.sweep.agents.liveness judges it)."""
 
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.sweep.agents.liveness import pid_alive
+from trainer.sweep.agents.liveness import this_host
 
 ENV = "CUDA_VISIBLE_DEVICES"
 # The parameters that decide what a trial compiles (architecture, input shapes, compile
@@ -213,13 +214,13 @@ class DevicePool:
     def __init__(self, plan: DevicePlan, allowed: tuple[str, ...] | None = None) -> None:
         self.plan = plan
         self.allowed = plan.devices if allowed is None else allowed
-        self.host = socket.gethostname()
+        self.host = this_host()
 
     def usage(self, runs: list[Any]) -> dict[str, int]:
         """Trials now running on each device of this machine."""
         used = {d: 0 for d in self.plan.devices}
         for run in runs:
-            if run.state != "running" or run.host != self.host or not pid_alive(run.agent_pid):
+            if run.state != "running" or run.host != self.host or not run.agent.alive():
                 continue
             for device in run.devices or ():
                 used[device] = used.get(device, 0) + 1

@@ -111,7 +111,7 @@ class LocalAgent:
         self._trial: Trial | None = None
         self.launcher: Launcher | None = None  # starts trials (from the template when it can)
         self.cpus_per_trial = cpus_per_trial  # None: the sweep's setting, or an equal share
-        self.share: cpu_share.Share | None = None  # this agent's CPUs (cpu_slots.json)
+        self.share: cpu_share.Share | None = None  # this agent's CPUs (its slot in the store)
         # The GPUs its trials may take (the sweep's, or its own --devices); None: not assigned.
         self.pool = gpu_slots.agent_pool(self.store.get("devices"), devices)
 
@@ -138,7 +138,7 @@ class LocalAgent:
             previous = {}
         try:
             self.share = cpu_slots.claim_share(
-                self.layout.root,
+                self.store,
                 per_trial=self.cpus_per_trial,
                 stop=lambda: self.signum is not None,
             )
@@ -157,7 +157,7 @@ class LocalAgent:
             self.engine.close()  # a scheduler optimizer's lease goes to another agent
             if self.launcher is not None:
                 self.launcher.close()
-            cpu_slots.release_share(self.layout.root)
+            cpu_slots.release_share(self.store)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 

@@ -1,12 +1,13 @@
 """The local sweep store: one SQLite file per sweep holding its config, runs, parameters,
-states, per-epoch metric history, exit codes and log paths. Writers take `BEGIN IMMEDIATE`
-so several agent processes never hand out the same run."""
+states, per-epoch metric history, exit codes and log paths, and the slot ledger: the devices
+each running run holds (its row) and the cores each live agent holds (`agent_slots`), both
+judged alive by one liveness (trainer.sweep.agents.liveness: host, PID, start time, heartbeat).
+Writers take `BEGIN IMMEDIATE` so several agent processes, of one machine or several sharing
+the sweep directory, never hand out the same run or the same slot."""
 
 from __future__ import annotations
 
 import json
-import os
-import socket
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -14,8 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainer.sweep.agents.liveness import kill_orphan, pid_alive
-from trainer.sweep.store.records import BUSY, Busy, RunRecord, to_json
+from trainer.sweep.agents.liveness import STALE_S, Holder, kill_orphan
+from trainer.sweep.store.records import BUSY, Busy, CpuSlot, RunRecord, to_json
 
 if TYPE_CHECKING:
     from trainer.sweep.agents.gpu_slots import DevicePool
@@ -49,7 +50,8 @@ CREATE TABLE IF NOT EXISTS runs (
     ended_at REAL,
     heartbeat_at REAL,
     host TEXT,
-    devices TEXT
+    devices TEXT,
+    agent_started REAL
 );
 CREATE TABLE IF NOT EXISTS metrics (
     run_id TEXT NOT NULL,
@@ -57,7 +59,18 @@ CREATE TABLE IF NOT EXISTS metrics (
     data TEXT NOT NULL,
     PRIMARY KEY (run_id, step)
 );
+CREATE TABLE IF NOT EXISTS agent_slots (
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    started REAL,
+    heartbeat_at REAL NOT NULL,
+    cores TEXT NOT NULL,
+    cpus INTEGER NOT NULL,
+    PRIMARY KEY (host, pid)
+);
 """
+# Columns added to `runs` since the first sweep.db: an older store gains them when it opens.
+_ADDED = {"host": "TEXT", "devices": "TEXT", "agent_started": "REAL"}
 
 
 class SweepStore:
@@ -75,9 +88,9 @@ class SweepStore:
                 if stmt.strip():
                     self._db.execute(stmt)
             columns = {row[1] for row in self._db.execute("PRAGMA table_info(runs)")}
-            for column in ("host", "devices"):  # a sweep.db written before they existed
+            for column, kind in _ADDED.items():  # a sweep.db written before they existed
                 if column not in columns:
-                    self._db.execute(f"ALTER TABLE runs ADD COLUMN {column} TEXT")
+                    self._db.execute(f"ALTER TABLE runs ADD COLUMN {column} {kind}")
 
     def close(self) -> None:
         self._db.close()
@@ -99,11 +112,15 @@ class SweepStore:
         self._db.execute("COMMIT")
 
     # sweep-level keys -------------------------------------------------------------------
-    def set(self, key: str, value: Any) -> None:
-        with self.transaction() as db:
-            db.execute(
-                "INSERT OR REPLACE INTO sweep (key, value) VALUES (?, ?)", (key, json.dumps(value))
-            )
+    def set(self, key: str, value: Any, db: sqlite3.Connection | None = None) -> None:
+        """Set a sweep key (inside the transaction `db` when given, else in its own)."""
+        if db is None:
+            with self.transaction() as db:
+                return self.set(key, value, db)
+        db.execute(
+            "INSERT OR REPLACE INTO sweep (key, value) VALUES (?, ?)", (key, json.dumps(value))
+        )
+        return None
 
     def get(self, key: str, default: Any = None) -> Any:
         row = self._db.execute("SELECT value FROM sweep WHERE key = ?", (key,)).fetchone()
@@ -168,19 +185,27 @@ class SweepStore:
         suggests given the runs so far (None: the sweep has nothing more to run). With a device
         `pool`, the run also gets free devices of this machine, or nothing is handed out while
         none is free (BUSY)."""
+        agent = Holder.of(agent_pid)  # a process of this host: its start time is read here
         with self.transaction() as db:
             runs = self._rows(db)
+            self._beat(db, agent, time.time())  # its CPU slot, if it holds one, stays its own
             if pool is not None and not pool.available(runs):
                 return BUSY
-            host = pool.host if pool is not None else socket.gethostname()
             crashed = self._crashed_to_rerun(runs) if rerun_crashed else None
             if crashed is not None and crashed.resumable:
                 devices = pool.choose(runs, crashed.params) if pool is not None else None
                 db.execute(
-                    "UPDATE runs SET state = 'running', agent_pid = ?, pid = NULL, exit_code "
-                    "= NULL, ended_at = NULL, log_tail = NULL, heartbeat_at = ?, host = ?, "
-                    "devices = ? WHERE id = ?",
-                    (agent_pid, time.time(), host, to_json(devices), crashed.id),
+                    "UPDATE runs SET state = 'running', agent_pid = ?, agent_started = ?, pid = "
+                    "NULL, exit_code = NULL, ended_at = NULL, log_tail = NULL, heartbeat_at = ?, "
+                    "host = ?, devices = ? WHERE id = ?",
+                    (
+                        agent_pid,
+                        agent.started,
+                        time.time(),
+                        agent.host,
+                        to_json(devices),
+                        crashed.id,
+                    ),
                 )
                 return self._rows(db, "WHERE id = ?", (crashed.id,))[0]
             if crashed is not None:
@@ -192,25 +217,41 @@ class SweepStore:
                     return None
                 params, info = proposal
             devices = pool.choose(runs, params) if pool is not None else None
-            run_id, now = new_id(), time.time()
-            db.execute(
-                "INSERT INTO runs (id, state, params, search_info, agent_pid, rerun_of, "
-                "created_at, started_at, heartbeat_at, host, devices) "
-                "VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    run_id,
-                    json.dumps(params),
-                    to_json(info),
-                    agent_pid,
-                    crashed.id if crashed is not None else None,
-                    now,
-                    now,
-                    now,
-                    host,
-                    to_json(devices),
-                ),
-            )
+            run_id = new_id()
+            rerun_of = crashed.id if crashed is not None else None
+            self._insert(db, run_id, params, info, agent, rerun_of, devices)
         return self.run(run_id)
+
+    @staticmethod
+    def _insert(
+        db: sqlite3.Connection,
+        run_id: str,
+        params: dict,
+        info: dict | None,
+        agent: Holder,
+        rerun_of: str | None,
+        devices: list[str] | None,
+    ) -> None:
+        """A new running run of `agent`, holding `devices`."""
+        now = time.time()
+        db.execute(
+            "INSERT INTO runs (id, state, params, search_info, agent_pid, rerun_of, created_at, "
+            "started_at, heartbeat_at, host, devices, agent_started) "
+            "VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                run_id,
+                json.dumps(params),
+                to_json(info),
+                agent.pid,
+                rerun_of,
+                now,
+                now,
+                now,
+                agent.host,
+                to_json(devices),
+                agent.started,
+            ),
+        )
 
     @staticmethod
     def _crashed_to_rerun(runs: list[RunRecord]) -> RunRecord | None:
@@ -241,7 +282,15 @@ class SweepStore:
             db.execute("UPDATE runs SET heartbeat_at = ? WHERE id = ?", (time.time(), run_id))
 
     def heartbeat(self, run_id: str) -> None:
-        self.update(run_id, heartbeat_at=time.time())
+        """The run's agent lives: the run's heartbeat and its agent's CPU slot's."""
+        now = time.time()
+        with self.transaction() as db:
+            db.execute("UPDATE runs SET heartbeat_at = ? WHERE id = ?", (now, run_id))
+            db.execute(
+                "UPDATE agent_slots SET heartbeat_at = ? WHERE (host, pid) IN "
+                "(SELECT host, agent_pid FROM runs WHERE id = ?)",
+                (now, run_id),
+            )
 
     def request_stop(self, run_ids: list[str]) -> None:
         with self.transaction() as db:
@@ -251,19 +300,56 @@ class SweepStore:
                     (run_id,),
                 )
 
-    def mark_lost_runs(self, stale_s: float = 120.0) -> list[str]:
-        """Mark running runs whose agent process is gone (or silent for `stale_s`) crashed."""
+    def mark_lost_runs(self, stale_s: float = STALE_S) -> list[str]:
+        """Mark running runs whose agent is gone crashed: an agent of this host whose process
+        no longer runs (or that was silent for `stale_s`); an agent of another host whose
+        heartbeat is older than `stale_s` (its PID means nothing here). A lost run's trial still
+        running on this host is ended."""
         lost = []
         now = time.time()
         with self.transaction() as db:
             for r in self._rows(db, "WHERE state = 'running'"):
-                silent = r.heartbeat_at is not None and now - r.heartbeat_at > stale_s
-                if r.agent_pid == os.getpid() or (pid_alive(r.agent_pid) and not silent):
+                agent = r.agent
+                if agent.is_me or (agent.alive(stale_s, now) and not agent.silent(stale_s, now)):
                     continue
                 db.execute(
                     "UPDATE runs SET state = 'crashed', ended_at = ?, log_tail = ? WHERE id = ?",
                     (now, "agent process lost while the run was going", r.id),
                 )
                 lost.append(r.id)
-                kill_orphan(r.pid, r.id)
+                kill_orphan(r.pid, r.id, r.host)
         return lost
+
+    # the slot ledger: the cores each live agent holds ------------------------------------------
+    def cpu_slots(self, db: sqlite3.Connection, stale_s: float = STALE_S) -> list[CpuSlot]:
+        """Inside a transaction: the CPU slots of the sweep's live agents, every host's (a
+        dead agent's row is deleted: its cores are free again)."""
+        now, live = time.time(), []
+        rows = db.execute("SELECT host, pid, started, heartbeat_at, cores, cpus FROM agent_slots")
+        for host, pid, started, beat, cores, cpus in rows.fetchall():
+            holder = Holder(host, pid, started, beat)
+            if holder.alive(stale_s, now):
+                live.append(CpuSlot(holder, tuple(json.loads(cores)), cpus))
+            else:
+                db.execute("DELETE FROM agent_slots WHERE host = ? AND pid = ?", (host, pid))
+        return live
+
+    @staticmethod
+    def hold_cpu_slot(
+        db: sqlite3.Connection, agent: Holder, cores: tuple[int, ...] | None, cpus: int = 0
+    ) -> None:
+        """Inside a transaction: record `agent`'s cores (None: it holds none now)."""
+        db.execute("DELETE FROM agent_slots WHERE host = ? AND pid = ?", (agent.host, agent.pid))
+        if cores is not None:
+            db.execute(
+                "INSERT INTO agent_slots (host, pid, started, heartbeat_at, cores, cpus) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (agent.host, agent.pid, agent.started, time.time(), json.dumps(cores), cpus),
+            )
+
+    @staticmethod
+    def _beat(db: sqlite3.Connection, agent: Holder, now: float) -> None:
+        db.execute(
+            "UPDATE agent_slots SET heartbeat_at = ? WHERE host = ? AND pid = ?",
+            (now, agent.host, agent.pid),
+        )

@@ -1,5 +1,5 @@
 """A sweep's runs as the store hands them out: one record per run (its row and metric history),
-and the answer of a claim while every device is taken."""
+the CPU slot an agent holds, and the answer of a claim while every device is taken."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from trainer.sweep.agents.liveness import Holder
 
 
 @dataclass
@@ -35,7 +37,13 @@ class RunRecord:
     heartbeat_at: float | None = None
     host: str | None = None  # the machine its agent runs on
     devices: list[str] | None = None  # CUDA_VISIBLE_DEVICES entries it was given
+    agent_started: float | None = None  # when its agent process started (with host and PID)
     history: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def agent(self) -> Holder:
+        """Its agent: host, PID, start time and the run's heartbeat (trainer.sweep.agents.liveness)."""
+        return Holder(self.host, self.agent_pid, self.agent_started, self.heartbeat_at)
 
     @property
     def resumable(self) -> bool:
@@ -50,6 +58,15 @@ class RunRecord:
             return None
         end = self.ended_at if self.ended_at is not None else time.time()
         return end - self.started_at
+
+
+@dataclass(frozen=True)
+class CpuSlot:
+    """One row of the slot ledger (`agent_slots`): the cores a live agent holds."""
+
+    holder: Holder  # the agent, its heartbeat the last one it gave
+    cores: tuple[int, ...]
+    cpus: int  # its trials' thread budget
 
 
 class Busy:

@@ -1,6 +1,7 @@
 """The store's side of a scheduler-driven sweep: the optimizer lease (one process drives the
-optimizer; the lease lapses when that process dies or stops renewing it) and the queue of
-suggested runs that agents claim exactly once, both in sweep.db under `BEGIN IMMEDIATE`."""
+optimizer; the lease lapses when that process dies or stops renewing it, judged as runs are by
+trainer.sweep.agents.liveness) and the queue of suggested runs that agents claim exactly once,
+both in sweep.db under `BEGIN IMMEDIATE`."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import json
 import sqlite3
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from trainer.sweep.agents.liveness import pid_alive
+from trainer.sweep.agents.liveness import Holder
 from trainer.sweep.store.database import RunRecord, SweepStore
 from trainer.sweep.store.records import Busy
 
@@ -19,11 +20,53 @@ LEASE_S = 30.0  # a holder that has not renewed its lease for this long loses it
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS optimizer_lease (one INTEGER PRIMARY KEY CHECK (one = 1), "
     "token TEXT NOT NULL, pid INTEGER NOT NULL, generation INTEGER NOT NULL, "
-    "renewed_at REAL NOT NULL)",
+    "renewed_at REAL NOT NULL, host TEXT, started REAL)",
     "CREATE TABLE IF NOT EXISTS suggestions (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
     "params TEXT NOT NULL, info TEXT NOT NULL, created_at REAL NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS waiting_agents (pid INTEGER PRIMARY KEY, since REAL NOT NULL)",
 )
+# Agents of any host waiting for a run; host NULL: a row written before hosts were recorded.
+_WAITING = (
+    "CREATE TABLE IF NOT EXISTS waiting_agents (host TEXT, pid INTEGER NOT NULL, started REAL, "
+    "since REAL NOT NULL, heartbeat_at REAL, PRIMARY KEY (host, pid))"
+)
+
+
+def _columns(db: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Give a store written before holders had hosts and start times their columns (its rows
+    are kept: the lease's holder, the agents that wait, judged as this host's by PID as then)."""
+    lease = _columns(db, "optimizer_lease")
+    for column, kind in (("host", "TEXT"), ("started", "REAL")):
+        if column not in lease:
+            db.execute(f"ALTER TABLE optimizer_lease ADD COLUMN {column} {kind}")
+    waiting = _columns(db, "waiting_agents")
+    if waiting and "host" not in waiting:  # keyed by PID alone: rekeyed by (host, PID)
+        db.execute("ALTER TABLE waiting_agents RENAME TO waiting_agents_by_pid")
+        db.execute(_WAITING)
+        db.execute(
+            "INSERT INTO waiting_agents (host, pid, since) SELECT NULL, pid, since "
+            "FROM waiting_agents_by_pid"
+        )
+        db.execute("DROP TABLE waiting_agents_by_pid")
+    db.execute(_WAITING)
+
+
+class Lease(NamedTuple):
+    """The optimizer lease: its holder's token and process, its generation and last renewal."""
+
+    token: str
+    pid: int
+    generation: int
+    renewed_at: float
+    host: str | None
+    started: float | None
+
+    @property
+    def holder(self) -> Holder:
+        return Holder(self.host, self.pid, self.started, self.renewed_at)
 
 
 @dataclass(frozen=True)
@@ -43,23 +86,30 @@ class SuggestionQueue:
         with store.transaction() as db:
             for statement in _SCHEMA:
                 db.execute(statement)
+            _migrate(db)
 
     # the lease ---------------------------------------------------------------------------
     @staticmethod
-    def lease(db: sqlite3.Connection) -> tuple[str, int, int, float] | None:
-        """(token, pid, generation, renewed_at) of the current lease, or None."""
-        return db.execute(
-            "SELECT token, pid, generation, renewed_at FROM optimizer_lease"
+    def lease(db: sqlite3.Connection) -> Lease | None:
+        """The current lease (token, pid, generation, renewed_at, host, started), or None."""
+        row = db.execute(
+            "SELECT token, pid, generation, renewed_at, host, started FROM optimizer_lease"
         ).fetchone()
+        return None if row is None else Lease(*row)
 
     def takeable(self, db: sqlite3.Connection | None = None) -> bool:
-        """No lease, or its holder is dead or silent for LEASE_S."""
+        """No lease, or its holder is dead (of this host: its process is gone; of another: its
+        renewals stopped) or silent for LEASE_S."""
         held = self.lease(db or self.store.connection)
-        return held is None or not pid_alive(held[1]) or time.time() - held[3] > LEASE_S
+        if held is None:
+            return True
+        now = time.time()
+        return not held.holder.alive(LEASE_S, now) or held.holder.silent(LEASE_S, now)
 
     def hold(self, db: sqlite3.Connection, token: str, pid: int) -> int | None:
-        """Inside a transaction: renew our lease, or take a lapsed one. The lease's generation
-        (it grows with each new holder), or None when another live process holds it."""
+        """Inside a transaction: renew our lease, or take a lapsed one (`pid`: the process of
+        this host that holds it). The lease's generation (it grows with each new holder), or
+        None when another live process holds it."""
         held = self.lease(db)
         now = time.time()
         if held is not None and held[0] == token:
@@ -68,10 +118,11 @@ class SuggestionQueue:
         if held is not None and not self.takeable(db):
             return None
         generation = 1 + (held[2] if held else 0)
+        holder = Holder.of(pid)
         db.execute(
-            "INSERT OR REPLACE INTO optimizer_lease (one, token, pid, generation, renewed_at) "
-            "VALUES (1, ?, ?, ?, ?)",
-            (token, pid, generation, now),
+            "INSERT OR REPLACE INTO optimizer_lease (one, token, pid, generation, renewed_at, "
+            "host, started) VALUES (1, ?, ?, ?, ?, ?, ?)",
+            (token, pid, generation, now, holder.host, holder.started),
         )
         return generation
 
@@ -112,27 +163,40 @@ class SuggestionQueue:
             db.execute("DELETE FROM suggestions WHERE seq = ?", (row[0],))
             return json.loads(row[1]), {**json.loads(row[2]), "suggestion": row[0]}
 
+        def pop_or_wait(runs: list[RunRecord]) -> tuple[dict, dict] | None:
+            db.execute(  # looking again is the waiting agent's heartbeat
+                "UPDATE waiting_agents SET heartbeat_at = ? WHERE host = ? AND pid = ?",
+                (time.time(), me.host, me.pid),
+            )
+            return pop(runs)
+
+        me = Holder.of(agent_pid)
         return self.store.claim(
-            pop, new_id=new_id, agent_pid=agent_pid, rerun_crashed=rerun_crashed, pool=pool
+            pop_or_wait, new_id=new_id, agent_pid=agent_pid, rerun_crashed=rerun_crashed, pool=pool
         )
 
     # agents waiting for a run --------------------------------------------------------------
     def wait(self, pid: int, waiting: bool) -> None:
-        """Say that agent `pid` waits for a run (or no longer does)."""
+        """Say that agent `pid` (of this host) waits for a run (or no longer does)."""
+        me, now = Holder.of(pid), time.time()
         with self.store.transaction() as db:
-            if waiting:
-                db.execute(
-                    "INSERT OR IGNORE INTO waiting_agents (pid, since) VALUES (?, ?)",
-                    (pid, time.time()),
-                )
-            else:
-                db.execute("DELETE FROM waiting_agents WHERE pid = ?", (pid,))
+            if not waiting:
+                db.execute("DELETE FROM waiting_agents WHERE host = ? AND pid = ?", (me.host, pid))
+                return
+            db.execute(
+                "INSERT INTO waiting_agents (host, pid, started, since, heartbeat_at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (host, pid) DO UPDATE SET "
+                "started = excluded.started, heartbeat_at = excluded.heartbeat_at",
+                (me.host, pid, me.started, now, now),
+            )
 
     @staticmethod
     def waiting(db: sqlite3.Connection) -> int:
-        """How many live agents wait for a run."""
-        pids = [row[0] for row in db.execute("SELECT pid FROM waiting_agents")]
-        return sum(1 for pid in pids if pid_alive(pid))
+        """How many live agents wait for a run (of another host: one that looked for a run
+        within LEASE_S)."""
+        rows = db.execute("SELECT host, pid, started, heartbeat_at FROM waiting_agents")
+        now = time.time()
+        return sum(1 for row in rows.fetchall() if Holder(*row).alive(LEASE_S, now))
 
     # the end of the search -----------------------------------------------------------------
     @staticmethod
