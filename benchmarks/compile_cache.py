@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from benchmarks import destination
+from trainer.hydra_version import VERSION_BASE
 
 VARIANTS = ("cold", "bundle", "mega-cache", "warm")
 
@@ -57,7 +58,7 @@ def worker(argv: list[str]) -> None:
     configure_cache(CompileConfig(cache_dir=os.environ["TRAINER_CACHE_DIR"]))  # before loading
     if mode == "load":
         torch.compiler.load_cache_artifacts(artifacts.read_bytes())
-    with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
+    with initialize_config_dir(config_dir=conf_dir(), **VERSION_BASE):
         cfg = compose(config_name="train", overrides=overrides)
     run_dir = next(o.split("=", 1)[1] for o in overrides if o.startswith("hydra.run.dir="))
     run(cfg, run_dir=run_dir)

@@ -31,6 +31,7 @@ from trainer.config import DataConfig
 from trainer.data import plan_data
 from trainer.devices import sync
 from trainer.distributed import Dist
+from trainer.hydra_version import VERSION_BASE
 from trainer.layout import conf_dir
 from trainer.run import build_run_data, run
 from trainer.validation import validate
@@ -101,7 +102,7 @@ def trainer_figures(cfg) -> tuple[float, float]:
 def measure(args: argparse.Namespace, root: Path) -> dict[str, dict[str, list[float]]]:
     device = torch.device(args.device)
     figures = {p: {"pipeline": [], "trainer": [], "epoch_s": []} for p in PIPELINES}
-    with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
+    with initialize_config_dir(config_dir=conf_dir(), **VERSION_BASE):
         cfgs = {
             p: compose(config_name="train", overrides=overrides(args, root, p)) for p in PIPELINES
         }

@@ -28,6 +28,7 @@ from trainer import speed
 from trainer.config import TrainConfig
 from trainer.data import build_data
 from trainer.devices import resolve_precision
+from trainer.hydra_version import VERSION_BASE
 from trainer.layout import conf_dir
 from trainer.loop import sync
 from trainer.models import build_model, input_spec
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> float:
         sys.exit("error: --device cuda but torch sees no CUDA device; use --device cpu.")
     if args.epochs < 2:
         sys.exit("error: --epochs must be >= 2 (the first epoch pays for compilation).")
-    with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
+    with initialize_config_dir(config_dir=conf_dir(), **VERSION_BASE):
         cfg = compose(config_name="train", overrides=overrides(args))
     conf = validate(cfg)
     trainer, bare = [], []

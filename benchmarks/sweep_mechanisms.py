@@ -50,6 +50,7 @@ import torch
 
 from benchmarks import destination
 from trainer.cache.entries import cache_files
+from trainer.hydra_version import VERSION_BASE
 from trainer.layout import SweepLayout
 from trainer.sweep.agents.trial_start import ENV_SWITCH
 from trainer.sweep.store.database import SweepStore
@@ -393,7 +394,7 @@ def watcher_child(args: argparse.Namespace) -> None:
         f"compile.cache_dir={args.cache}",
         "logger=none",
     ]
-    with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
+    with initialize_config_dir(config_dir=conf_dir(), **VERSION_BASE):
         conf = validate(compose(config_name="train", overrides=overrides))
     root = configure_cache(conf.compile)
     threads.apply(conf.trainer.num_threads, 0)

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from trainer.hydra_version import VERSION_BASE
+
 from .readme_commands import DOCS, ROOT, Shell, all_commands, anchors, links, pages, source_paths
 
 SMALL = "trainer.max_epochs=1 logger=none compile=off"
@@ -910,7 +912,7 @@ def test_a_group_file_of_ones_own_inherits_the_schema(tmp_path):
     assert block, "the README's example of a group file of one's own"
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "mine.yaml").write_text(block.group(1))
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), **VERSION_BASE):
         cfg = compose(
             config_name="train",
             overrides=[f"hydra.searchpath=[file://{tmp_path}]", "model=mine"],

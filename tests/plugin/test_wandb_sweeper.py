@@ -27,6 +27,7 @@ def test_hydra_discovers_the_sweeper():
     assert "WandbSweeper" in names
 
 
+@pytest.mark.slow
 def test_info_plugins_lists_it():
     result = run_cli("--info", "plugins")
     assert result.returncode == 0, result.stderr
@@ -38,6 +39,7 @@ def test_the_ready_definitions_exist():
     assert {"lr_random", "lr_bayes", "compile_grid", "arch_random"} <= set(SWEEPS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SWEEPS)
 def test_every_definition_is_a_valid_wandb_sweep(name):
     cfg = make_cfg(f"sweep={name}")
@@ -55,6 +57,7 @@ def test_every_definition_is_a_valid_wandb_sweep(name):
     assert run_count(config) != "unbounded"
 
 
+@pytest.mark.slow
 def test_dry_run_prints_the_config_and_run_count_and_runs_nothing(tmp_path):
     result = run_cli("sweep=compile_grid", "hydra.sweeper.dry_run=true", "trainer.seed=3")
     assert result.returncode == 0, result.stderr
@@ -67,6 +70,7 @@ def test_dry_run_prints_the_config_and_run_count_and_runs_nothing(tmp_path):
     assert not (tmp_path / "outputs" / "sweeps").exists()
 
 
+@pytest.mark.slow
 def test_invalid_sweep_exits_2_with_every_problem_and_runs_nothing(tmp_path):
     result = run_cli(
         "sweep=lr_random", "optimizer.lrr=0.1,0.2", "hydra.sweeper.run_cap=0", "model=small_cnn,vgg"
@@ -98,6 +102,7 @@ def _results(tmp_path: Path) -> tuple[Path, dict]:
     return directory, json.loads((directory / "results.json").read_text())
 
 
+@pytest.mark.slow
 def test_offline_grid_sweep_runs_every_point(tmp_path):
     result = run_cli(
         "-m", "hydra/sweeper=wandb", "hydra.sweeper.method=grid", METRIC, *TINY,
@@ -116,6 +121,7 @@ def test_offline_grid_sweep_runs_every_point(tmp_path):
     assert yaml.safe_load((directory / "sweep.yaml").read_text())["method"] == "grid"
 
 
+@pytest.mark.slow
 def test_random_sweep_stops_at_run_cap(tmp_path):
     result = run_cli(
         "-m", "hydra/sweeper=wandb", "hydra.sweeper.method=random", "hydra.sweeper.run_cap=2",
@@ -128,6 +134,7 @@ def test_random_sweep_stops_at_run_cap(tmp_path):
     assert all(1e-3 <= lr <= 1e-1 for lr in lrs) and lrs[0] != lrs[1]
 
 
+@pytest.mark.slow
 def test_bayes_sweep_of_a_few_runs(tmp_path):
     result = run_cli(
         "-m", "sweep=lr_bayes", "hydra.sweeper.run_cap=3", *TINY, "trainer.max_steps=5",
@@ -147,6 +154,7 @@ def _exit_code(cli) -> int:
         return stop.code
 
 
+@pytest.mark.slow
 def test_unknown_sweep_id_is_one_clear_error_exit_2(tmp_path, capsys):
     from trainer.agent import main as agent_cli
     from trainer.sweep.__main__ import main as sweep_cli
@@ -175,6 +183,7 @@ def test_join_command_names_the_root_only_when_it_is_not_the_default(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_agents_and_count_are_checked_before_anything_runs(tmp_path):
     result = run_cli("sweep=lr_random", "hydra.sweeper.agents=-1", "hydra.sweeper.count=0")
     assert result.returncode == 2
@@ -186,6 +195,7 @@ def test_agents_and_count_are_checked_before_anything_runs(tmp_path):
     assert len(runner_problems({"backend": "local", "agents": 0, "count": 2})) == 1
 
 
+@pytest.mark.slow
 def test_a_sweep_whose_agent_gave_up_exits_1(tmp_path):
     result = run_cli(
         "-m", "hydra/sweeper=wandb", "hydra.sweeper.method=grid", METRIC, "compile=off", "logger=none",
@@ -196,6 +206,7 @@ def test_a_sweep_whose_agent_gave_up_exits_1(tmp_path):
     assert "1 of 1 agent(s)" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_invalid_fixed_overrides_are_refused_before_any_trial(tmp_path):
     result = run_cli("sweep=lr_random", "data.batch_size=-1", "hydra.sweeper.count=0")
     assert result.returncode == 2
@@ -205,6 +216,7 @@ def test_invalid_fixed_overrides_are_refused_before_any_trial(tmp_path):
     assert fine.returncode == 0, fine.stderr
 
 
+@pytest.mark.slow
 def test_device_keys_are_checked_before_anything_runs(tmp_path):
     result = run_cli(
         "sweep=lr_random",
@@ -220,6 +232,7 @@ def test_device_keys_are_checked_before_anything_runs(tmp_path):
     assert not (tmp_path / "outputs" / "sweeps").exists()
 
 
+@pytest.mark.slow
 def test_a_multi_gpu_sweep_writes_the_torchrun_command(tmp_path):
     result = run_cli(
         "sweep=lr_random",

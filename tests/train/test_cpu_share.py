@@ -253,6 +253,7 @@ def test_choose(cores, quota, held, slot, per_trial, expected):
     assert (share if share is None else (share.cpus, share.cores)) == expected
 
 
+@pytest.mark.slow
 def test_the_slot_table_frees_a_dead_agents_cores(tmp_path):
     """A live agent's cores are not handed out again; once its process dies they are."""
     limits = CpuLimits((0, 1))
@@ -273,6 +274,7 @@ def test_the_slot_table_frees_a_dead_agents_cores(tmp_path):
     assert table.held() == {}
 
 
+@pytest.mark.slow
 def test_a_joining_agent_waits_for_a_free_core(tmp_path, monkeypatch):
     """claim_share waits while every core is held, says so once, and stops when told to."""
     limits = cpu_share.process_limits()
@@ -337,6 +339,7 @@ def test_a_slot_whose_pid_now_runs_another_process_is_free(tmp_path):
     table.release(os.getpid())
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
 def test_a_child_started_inside_inherited_affinity_runs_on_those_cores():
     core = min(os.sched_getaffinity(0))

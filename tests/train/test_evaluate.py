@@ -14,11 +14,12 @@ from hydra import compose, initialize_config_dir
 from tests.conftest import CONF, ROOT
 from trainer.config import ConfigError
 from trainer.evaluate import evaluate_checkpoint
+from trainer.hydra_version import VERSION_BASE
 from trainer.run import run
 
 
 def eval_cfg(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF), **VERSION_BASE):
         return compose(config_name="evaluate", overrides=list(overrides))
 
 

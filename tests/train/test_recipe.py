@@ -14,6 +14,7 @@ import torch
 from tests.conftest import FAST
 from trainer import loop
 from trainer.fit import Interrupted
+from trainer.hydra_version import VERSION_BASE
 from trainer.models import SmallCNN
 from trainer.run import run
 
@@ -104,7 +105,7 @@ def _eval_cfg(run_dir):
     from tests.conftest import CONF
 
     overrides = [f"checkpoint={run_dir}/checkpoints/last.pt", "eval.steps=1", "eval.device=cpu"]
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF), **VERSION_BASE):
         return compose(config_name="evaluate", overrides=[*overrides, "compile=off"])
 
 

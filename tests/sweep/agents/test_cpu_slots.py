@@ -30,6 +30,7 @@ def _cpu(run_dir: str | Path) -> dict:
     return json.loads((Path(run_dir) / "summary.json").read_text())["cpu"]
 
 
+@pytest.mark.slow
 @two_cores
 def test_two_concurrent_trials_each_get_half_the_cpus_on_their_own_cores(tmp_path):
     limits = cpu_share.process_limits()
@@ -65,6 +66,7 @@ def test_two_concurrent_trials_each_get_half_the_cpus_on_their_own_cores(tmp_pat
     ]  # both agents freed their slots
 
 
+@pytest.mark.slow
 def test_cpus_per_trial_is_honoured(tmp_path):
     result = run_cli(
         "-m",
@@ -84,6 +86,7 @@ def test_cpus_per_trial_is_honoured(tmp_path):
     assert cpu["threads"] == 1 and cpu["budget"] == 1 and len(cpu["affinity"]) == 1
 
 
+@pytest.mark.slow
 def test_cpus_per_trial_beyond_this_process_is_exit_2_before_anything_runs(tmp_path):
     too_many = cpu_share.process_limits().count + 1
     result = run_cli("sweep=lr_random", f"hydra.sweeper.cpus_per_trial={too_many}")
@@ -105,6 +108,7 @@ def test_the_joining_agents_cpus_per_trial_is_checked(capsys):
     assert f"--cpus-per-trial={too_many} is more CPUs than" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_run_with_num_threads_1_uses_one_thread(tmp_path):
     run_dir = tmp_path / "run"
     result = run_cli(
@@ -117,6 +121,7 @@ def test_a_run_with_num_threads_1_uses_one_thread(tmp_path):
     assert set(cpu["affinity"]) == os.sched_getaffinity(0)
 
 
+@pytest.mark.slow
 def test_a_joining_agent_waits_for_cores_the_sweep_holds_then_takes_the_freed_ones(tmp_path):
     """`python -m trainer.agent ID` while another live agent holds every core waits; when that
     agent dies its cores are free, and the joiner's trial runs on them."""

@@ -98,6 +98,7 @@ def _run(i, devices, params=None, state="running", pid=None):
     )
 
 
+@pytest.mark.slow
 def test_the_pool_counts_running_trials_of_live_agents_and_prefers_a_warm_device():
     pool = DevicePool(DevicePlan(("0", "1"), trials_per_device=2))
     resnet, cnn = {"model": "resnet18"}, {"model": "small_cnn"}
@@ -179,6 +180,7 @@ def _overlaps(runs):
     return most
 
 
+@pytest.mark.slow
 def test_four_trials_on_two_devices_never_share_one(tmp_path, capfd):
     plan = DevicePlan(("0", "1"))
     res = run_sweep(_config(range(4), "trainer.max_steps=3"), root=tmp_path, agents=2, devices=plan)
@@ -196,6 +198,7 @@ def test_four_trials_on_two_devices_never_share_one(tmp_path, capfd):
     assert "trials start as new processes" not in out  # every trial forked from a template
 
 
+@pytest.mark.slow
 def test_two_trials_per_device_share_it_and_never_three(tmp_path):
     plan = DevicePlan(("0",), trials_per_device=2)
     res = run_sweep(
@@ -206,6 +209,7 @@ def test_two_trials_per_device_share_it_and_never_three(tmp_path):
     assert _overlaps(runs) == {"0": 2}
 
 
+@pytest.mark.slow
 def test_a_killed_trial_frees_its_device(tmp_path):
     directory = tmp_path / "sweeps" / "dev1"
     directory.mkdir(parents=True)
@@ -235,6 +239,7 @@ def test_a_killed_trial_frees_its_device(tmp_path):
     assert runs[0].ended_at <= runs[1].started_at
 
 
+@pytest.mark.slow
 def test_joining_agents_with_disjoint_devices_share_the_sweep(tmp_path):
     directory = tmp_path / "sweeps" / "dev2"
     directory.mkdir(parents=True)
@@ -269,6 +274,7 @@ def test_joining_agents_with_disjoint_devices_share_the_sweep(tmp_path):
     assert _overlaps(runs) in ({"0": 1, "1": 1}, {"0": 1}, {"1": 1})
 
 
+@pytest.mark.slow
 def test_a_bad_devices_option_for_a_joining_agent_exits_2(tmp_path):
     proc = subprocess.run(
         [
@@ -287,6 +293,7 @@ def test_a_bad_devices_option_for_a_joining_agent_exits_2(tmp_path):
     assert proc.returncode == 2 and "--devices a,b: give GPU indices" in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_two_gpu_trial_runs_through_torchrun(tmp_path):
     plan = DevicePlan(("0", "1"), gpus_per_trial=2)
     config = _config([0], "trainer.max_steps=2")

@@ -13,8 +13,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import run_cli
 from trainer.sweep.store.database import SweepStore
+
+pytestmark = pytest.mark.slow  # every test here starts processes or compiles
 
 # One trial of two epochs of ~180 steps: the Ctrl-C lands in its second epoch.
 SWEEP = [

@@ -16,6 +16,8 @@ from trainer.sweep.agents.liveness import pid_alive
 from trainer.sweep.local import run_sweep
 from trainer.sweep.store.database import SweepStore
 
+pytestmark = pytest.mark.slow  # every test here starts processes or compiles
+
 
 def _config(method, parameters, tail, **extra):
     return {

@@ -71,6 +71,7 @@ def _plain(template, tmp_path, name, env_extra=None):
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow
 def test_a_forked_trial_sees_what_a_new_process_sees(template, tmp_path):
     per_trial = {"WANDB_RUN_ID": "abc123", "WANDB_SWEEP_ID": "s1"}
     trial, out, log = _run(template, tmp_path, "forked", env_extra=per_trial)
@@ -89,6 +90,7 @@ def test_a_forked_trial_sees_what_a_new_process_sees(template, tmp_path):
     assert f"probe {trial.pid} exit0" in log.read_text()  # stdout and stderr go to its log
 
 
+@pytest.mark.slow
 def test_signals_ignored_by_the_agent_stay_ignored_in_a_forked_trial(tmp_path):
     """Started from a shell that ignores SIGINT and SIGHUP (nohup, `&` in a script, a batch
     system), a new trial process inherits them ignored: so does a trial forked from the
@@ -113,6 +115,7 @@ def test_signals_ignored_by_the_agent_stay_ignored_in_a_forked_trial(tmp_path):
     assert forked["sigterm"] == plain["sigterm"]
 
 
+@pytest.mark.slow
 def test_a_second_trial_sees_the_same_environment_as_the_first(template, tmp_path):
     _, first, _ = _run(template, tmp_path, "one", env_extra={"WANDB_RUN_ID": "run1"})
     _, second, _ = _run(template, tmp_path, "two", env_extra={"WANDB_RUN_ID": "run2"})
@@ -122,6 +125,7 @@ def test_a_second_trial_sees_the_same_environment_as_the_first(template, tmp_pat
     assert one["pid"] != two["pid"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "action, code, said",
     [
@@ -148,6 +152,7 @@ def _until(condition, timeout=60.0):
     return condition()
 
 
+@pytest.mark.slow
 def test_signals_reach_the_trial_and_sigkill_is_reported(template, tmp_path):
     out, log_path = tmp_path / "wait.json", tmp_path / "wait.log"
     argv = [sys.executable, "-m", PROBE, str(out), "wait"]
@@ -162,6 +167,7 @@ def test_signals_reach_the_trial_and_sigkill_is_reported(template, tmp_path):
     assert template.process.poll() is None
 
 
+@pytest.mark.slow
 def test_the_launcher_falls_back_to_processes_once_with_the_reason(tmp_path, capsys):
     env = dict(os.environ)
     launcher = Launcher(env, (), tmp_path / "template.log", modules=(PROBE,))
@@ -181,6 +187,7 @@ def test_the_launcher_falls_back_to_processes_once_with_the_reason(tmp_path, cap
     assert "(the trial template ended (exit code -9))" in said
 
 
+@pytest.mark.slow
 def test_a_standby_template_is_adopted_where_its_environment_fits_else_ended(tmp_path, monkeypatch):
     """A standby agent's template, started before the sweep existed (no log yet): the launcher
     uses it when the trials' environment is its own but for what trials set after the fork,
@@ -210,6 +217,7 @@ def test_a_standby_template_is_adopted_where_its_environment_fits_else_ended(tmp
         other.close()
 
 
+@pytest.mark.slow
 def test_only_python_m_trainer_on_this_interpreter_and_environment_is_forked(template):
     env = dict(template.env)
     trainer = [sys.executable, "-m", "trainer", "compile=off"]
@@ -223,6 +231,7 @@ def test_only_python_m_trainer_on_this_interpreter_and_environment_is_forked(tem
     assert "KMP_INIT_AT_FORK" in template.usable_for(trainer, {**env, "KMP_INIT_AT_FORK": "x"})
 
 
+@pytest.mark.slow
 def test_a_torchrun_sweep_starts_no_template(tmp_path, capsys):
     from trainer.sweep.spec.command import template
 
@@ -234,6 +243,7 @@ def test_a_torchrun_sweep_starts_no_template(tmp_path, capsys):
     plain.close()
 
 
+@pytest.mark.slow
 def test_a_sweep_that_never_compiles_or_logs_skips_those_imports():
     from trainer.sweep.agents.forkable import template_flags
     from trainer.sweep.agents.template import _preimports

@@ -168,6 +168,7 @@ def test_source_resolves_next_to_the_definition_then_in_the_working_directory(
     assert resolve_source(sweep(source="gone.py"), [folder])["scheduler"]["source"] == "gone.py"
 
 
+@pytest.mark.slow
 def test_a_bad_scheduler_sweep_exits_2_listing_every_problem_and_starts_nothing(tmp_path):
     result = run_cli(
         "sweep=tpe_optuna",

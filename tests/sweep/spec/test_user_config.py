@@ -7,11 +7,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.conftest import run_cli
 from trainer.agent import main as agent_cli
 from trainer.sweep.__main__ import main as sweep_cli
+
+pytestmark = pytest.mark.slow  # every test here starts processes or compiles
 
 CHEAP = ["compile=off", "logger=none", "data=digits", "model=small_cnn"]
 GRID = """# @package _global_

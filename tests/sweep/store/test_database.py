@@ -77,6 +77,7 @@ while (run := store.claim(lambda rs: classic.next_params(store.config, rs), new_
 """
 
 
+@pytest.mark.slow
 def test_concurrent_processes_never_get_the_same_run(tmp_path):
     store = _store(tmp_path)
     procs = [
@@ -91,6 +92,7 @@ def test_concurrent_processes_never_get_the_same_run(tmp_path):
     assert len(store.runs()) == 8
 
 
+@pytest.mark.slow
 def test_lost_runs_are_marked_crashed_and_rerun_once(tmp_path):
     store = _store(tmp_path)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -156,6 +158,7 @@ def test_one_run_reads_only_its_own_history_and_the_stop_flag(tmp_path):
     assert store.stop_requested("a") is True and store.run("a").stop_requested
 
 
+@pytest.mark.slow
 def test_a_killed_agent_lingering_as_a_zombie_counts_as_gone():
     import signal
     import subprocess

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from trainer.sweep.__main__ import main as sweep_cli
 from trainer.sweep.search import classic
 from trainer.sweep.store.database import SweepStore
@@ -41,6 +43,7 @@ def _listing(root, capsys) -> str:
     return capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_three_of_four_runs_is_stopped_and_an_agent_still_gets_a_run(tmp_path, capsys):
     store = _sweep(tmp_path, 3)
     listing = _listing(tmp_path, capsys)

@@ -49,6 +49,7 @@ def _claim(engine: SchedulerEngine):
     return engine.claim(agent_pid=os.getpid(), rerun_crashed=False, stop=lambda: False)
 
 
+@pytest.mark.slow
 def test_one_holder_drives_and_a_dead_holders_lease_is_taken_over(sweep, dead_pid):
     layout, store = sweep
     first = SchedulerEngine(store, layout, CONFIG, "s1")
@@ -76,6 +77,7 @@ def test_one_holder_drives_and_a_dead_holders_lease_is_taken_over(sweep, dead_pi
     first.close()
 
 
+@pytest.mark.slow
 def test_queued_suggestions_are_claimed_once_and_adopted_after_a_takeover(sweep, dead_pid):
     layout, store = sweep
     driver = SchedulerDriver(store, layout, CONFIG, "s1")
@@ -120,6 +122,7 @@ def test_the_search_ends_at_run_cap_and_says_why(sweep):
         assert queue.hold(db, "next", os.getpid()) == 2
 
 
+@pytest.mark.slow
 def test_a_lease_of_another_host_lapses_only_when_its_renewals_stop(sweep, dead_pid):
     """The holder's PID means nothing here: a fresh lease of host node-b is kept whatever runs
     under that PID here; once it has not been renewed for LEASE_S, it may be taken."""
@@ -142,6 +145,7 @@ def test_a_lease_of_another_host_lapses_only_when_its_renewals_stop(sweep, dead_
     assert queue.lease(store.connection).holder.here
 
 
+@pytest.mark.slow
 def test_waiting_agents_of_another_host_count_while_they_look_for_runs(sweep, dead_pid):
     import time
 
