@@ -1,5 +1,6 @@
 """What each of the local sweep's own mechanisms buys on a realistic sweep (trials of about a
-minute): the trial template, the standby agents and the compile-cache bundle's file watcher.
+minute): the trial template and the compile-cache bundle's file watcher. (The standby agents,
+measured by this benchmark until they were removed, are in benchmarks/README.md.)
 
 - Trial template: the same sweep (`--trials` seeds of small_cnn on `data=fake`, `--epochs`
   epochs, compile default, one agent), typed as a user types it, with trials forked from the
@@ -9,11 +10,6 @@ minute): the trial template, the standby agents and the compile-cache bundle's f
   until its loop started (read from /proc every 50 ms and interpolated at the loop's start, so
   other load on the machine barely moves it), its wall and CPU time; per mode the template's own
   CPU (its imports, once per agent) and the whole sweep's CPU (every process it started).
-- Standby agents: seconds from the sweep command's start to its first trial's training loop,
-  the command as typed against the same command with the standby path unavailable (there is no
-  switch: a launcher replaces `standby_agents` of the sweeper plugin by one returning None, so
-  the agents start after the checks, as `run_sweep` starts them without standby), alternating
-  for `--standby-rounds` rounds of one short trial each (the figure ends at the loop's start).
 - Watcher: steady training steps of the same workload in a process with the watcher's audit hook
   watching the cache dir against one without the hook (fresh processes, alternating), wall and
   CPU per step; the hook's cost per audited event and the events per step; and the sweep's
@@ -25,7 +21,7 @@ outputs/benchmarks/ (`--out DIR` elsewhere, `--publish` to benchmarks/results/).
 
     python -m benchmarks.sweep_mechanisms --publish          # the published run, ~10 min on 2 CPUs
     python -m benchmarks.sweep_mechanisms --trials 1 --epochs 1 --max-steps 2 --samples 128 \
-        --standby-rounds 1 --watcher-rounds 1 --watcher-steps 5 --compile off   # a check
+        --watcher-rounds 1 --watcher-steps 5 --compile off   # a check
 """
 
 from __future__ import annotations
@@ -58,15 +54,7 @@ from trainer.sweep.store.database import SweepStore
 REPO = Path(__file__).resolve().parent.parent
 ONE_MINUTE = 60.0
 POLL_S = 0.05
-SECTIONS = ("## Trial template", "## Standby agents", "## Compile-cache watcher")
-# `python -m trainer` with the sweeper plugin's standby agents unavailable (no switch exists):
-# the sweep command then starts its agents after its checks, as run_sweep does without them.
-NO_STANDBY = (
-    "import runpy, sys\n"
-    "import hydra_plugins.wandb_sweeper._impl as impl\n"
-    "impl.standby_agents = lambda *args, **kwargs: None\n"
-    "runpy.run_module('trainer', run_name='__main__', alter_sys=True)\n"
-)
+SECTIONS = ("## Trial template", "## Compile-cache watcher")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -78,8 +66,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=64, help="samples per training step")
     p.add_argument("--width", type=int, default=32, help="small_cnn width of the sweeps")
     p.add_argument("--compile", default="default", help="compile group of every trial")
-    p.add_argument("--standby-rounds", type=int, default=2, help="rounds of the standby pair")
-    p.add_argument("--standby-steps", type=int, default=2, help="steps of a standby trial")
     p.add_argument("--watcher-steps", type=int, default=100, help="timed steps per process")
     p.add_argument("--watcher-rounds", type=int, default=3, help="rounds of the watcher pair")
     p.add_argument("--watcher-child", choices=("none", "hook"), help=argparse.SUPPRESS)
@@ -173,13 +159,10 @@ def trial_overrides(args: argparse.Namespace, seeds: int, width: int, steps: int
     return fixed + ([f"trainer.max_steps={args.max_steps}"] if args.max_steps else [])
 
 
-def sweep_command(
-    overrides: list[str], sweep_dir: Path, env: dict[str, str], standby: bool = True
-) -> dict[str, Any]:
-    """One sweep command, started as a user starts it (or with the standby path unavailable):
-    its timeline, its trials' rows with their CPU seconds, its processes' CPU."""
-    argv = [sys.executable, *(["-m", "trainer"] if standby else ["-c", NO_STANDBY])]
-    argv += ["-m", *overrides, f"hydra.sweep.dir={sweep_dir}"]
+def sweep_command(overrides: list[str], sweep_dir: Path, env: dict[str, str]) -> dict[str, Any]:
+    """One sweep command, started as a user starts it: its timeline, its trials' rows with their
+    CPU seconds, its processes' CPU."""
+    argv = [sys.executable, "-m", "trainer", "-m", *overrides, f"hydra.sweep.dir={sweep_dir}"]
     lines: list[tuple[float, str]] = []
     cpu_before = children_cpu_s()
     load_before = os.getloadavg()[0]
@@ -241,7 +224,6 @@ def sweep_command(
         "load": [load_before, os.getloadavg()[0]],
         "checks_s": None if created is None else created - t0,
         "first_loop_s": rows[0]["loop_s"] if rows else None,
-        "standby_agents": len(sampler.pids("--standby")),
         "template_cpu_s": sum(sampler.cpu_last(p) or 0.0 for p in templates),
         "templates": len(templates),
         "rows": rows,
@@ -335,37 +317,6 @@ def _diff(a: float | None, b: float | None) -> float | None:
 
 def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or not b else a / b
-
-
-def standby_pairs(args: argparse.Namespace, tmp: Path, env: dict[str, str]) -> dict:
-    """Rounds of (as typed, standby unavailable), in alternating order, one short trial each."""
-    results: dict[str, list[dict]] = {"standby": [], "no standby": []}
-    width = max(1, args.width // 2)  # another workload in the same cache dir
-    overrides = trial_overrides(args, 1, width, args.standby_steps)
-    for i in range(args.standby_rounds):
-        order = ["standby", "no standby"] if i % 2 == 0 else ["no standby", "standby"]
-        for variant in order:
-            print(f"standby agents: round {i + 1}, {variant} ...", flush=True)
-            folder = tmp / f"standby-{i}-{variant.replace(' ', '_')}"
-            run = sweep_command(overrides, folder, env, standby=variant == "standby")
-            run["round"] = i + 1
-            results[variant].append(run)
-    return results
-
-
-def standby_summary(results: dict) -> dict[str, Any]:
-    summary = {}
-    for variant, runs in results.items():
-        summary[variant] = {
-            "checks_s": _median([r["checks_s"] for r in runs]),
-            "first_handout_s": _median([r["rows"][0]["handed_out_s"] for r in runs]),
-            "first_loop_s": _median([r["first_loop_s"] for r in runs]),
-            "standby agents": max((r["standby_agents"] for r in runs), default=0),
-        }
-    summary["saving s"] = _diff(
-        summary["no standby"]["first_loop_s"], summary["standby"]["first_loop_s"]
-    )
-    return summary
 
 
 def watcher_child(args: argparse.Namespace) -> None:
@@ -582,43 +533,10 @@ def report(args: argparse.Namespace, doc: dict) -> str:
             "whole sweep's figures move with the other load, which differs between the two "
             "sweeps: see the load column; the per-trial CPU seconds move least).",
         ]
-    sb = doc["standby"]["summary"]
-    out += [
-        "",
-        SECTIONS[1],
-        "",
-        "Seconds from the sweep command's start: to the end of its checks (`sweep … created`), "
-        "to the first trial's hand-out and to its training loop. `standby`: the command as "
-        "typed (its agents and their templates start before the checks); `no standby`: the "
-        "same command with the plugin's `standby_agents` replaced by one returning None (no "
-        "switch exists), so its agents start after the checks. One trial of "
-        f"{args.standby_steps} steps (model.width={max(1, args.width // 2)}, compile="
-        f"{args.compile}); {args.standby_rounds} alternating round(s), medians.",
-        "",
-        *_table([{"variant": k, **sb[k]} for k in ("standby", "no standby")]),
-        "",
-        *_table(
-            [
-                {
-                    "variant": k,
-                    "round": r["round"],
-                    "checks_s": r["checks_s"],
-                    "first_handout_s": r["rows"][0]["handed_out_s"],
-                    "first_loop_s": r["first_loop_s"],
-                    "wall_s": r["wall_s"],
-                }
-                for k in ("standby", "no standby")
-                for r in doc["standby"]["runs"][k]
-            ]
-        ),  # fmt: skip
-        "",
-        f"Saving per sweep command: **{_cell(sb['saving s'])} s** to the first trial's "
-        "training loop, once per command (not per trial).",
-    ]
     ws, bundle = doc["watcher"]["summary"], doc["watcher"]["bundle"]
     out += [
         "",
-        SECTIONS[2],
+        SECTIONS[1],
         "",
         f"Steady training of the sweep's workload ({args.watcher_steps} timed steps after 3 "
         "warm-up steps, batch "
@@ -712,8 +630,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         env.pop("TRAINER_CACHE_BUNDLE", None)  # each sweep's own bundle
         env.pop(ENV_SWITCH, None)
         phases = {"start": load_start}
-        standby = standby_pairs(args, tmp, env)
-        phases["after standby"] = os.getloadavg()
         template = template_vs_process(args, tmp, env)
         phases["after template"] = os.getloadavg()
         watcher = watcher_pairs(args, env)
@@ -733,7 +649,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "seconds": time.time() - started,
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "template": {"runs": template, "summary": template_summary(template)},
-        "standby": {"runs": standby, "summary": standby_summary(standby)},
         "watcher": {"runs": watcher, "summary": watcher_summary(watcher), "bundle": bundle},
     }
     text = report(args, doc) + f"\nWhole benchmark: {doc['seconds'] / 60:.1f} min.\n"

@@ -4,18 +4,11 @@ its directory, the offline twin of `wandb agent`."""
 from __future__ import annotations
 
 import argparse
-import importlib
-import json
-import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from trainer import cpu_share
 from trainer.errors import TrainerError, exit_on_error
-
-if TYPE_CHECKING:
-    from trainer.sweep.agents.trial_start import TrialTemplate
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -78,38 +71,9 @@ def _devices(text: str | None) -> list[str] | None:
         raise TrainerError(message) from err
 
 
-PRELOAD = ("trainer.sweep.agents.local_agent", "wandb.sdk.launch.sweeps.utils")
-STANDBY = "--standby"  # started by a sweep command before its sweep exists (see `standby`)
-
-
-def standby(flags: list[str]) -> int:
-    """`python -m trainer.agent --standby [template flags]`, started by a local sweep command
-    before its checks, with a pipe as stdin: start the trial template now, so that its imports
-    overlap the command's checks, then wait for one line, this agent's arguments as JSON (the
-    sweep exists: run as `python -m trainer.agent ARGS`), or the end of the pipe (the command
-    started no sweep: end the template and exit 0, saying nothing)."""
-    from trainer.sweep.agents.trial_start import standby_template
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the command's Ctrl-C ends the pipe instead
-    template = standby_template(tuple(flags))
-    for name in PRELOAD:  # what `main` and its first run would import, imported now
-        importlib.import_module(name)
-    line = sys.stdin.readline()
-    if not line.strip():
-        if template is not None:
-            template.discard()
-        return 0
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        return main(json.loads(line), template=template)
-    finally:
-        if template is not None:  # its launcher's close ended it, unless it never had one
-            template.discard()
-
-
 @exit_on_error
-def main(argv: list[str] | None = None, template: TrialTemplate | None = None) -> int:
-    """The agent; `template`: the trial template `standby` started for it."""
+def main(argv: list[str] | None = None) -> int:
+    """The agent."""
     from trainer.sweep.agents.local_agent import LocalAgent
     from trainer.sweep.store.directory import find, output_root
 
@@ -127,7 +91,6 @@ def main(argv: list[str] | None = None, template: TrialTemplate | None = None) -
         max_consecutive_failures=args.max_consecutive_failures,
         cpus_per_trial=args.cpus_per_trial,
         devices=devices,
-        standby=template,
     )
     try:
         return agent.run(args.count)
@@ -141,4 +104,4 @@ def main(argv: list[str] | None = None, template: TrialTemplate | None = None) -
 
 
 if __name__ == "__main__":
-    sys.exit(standby(sys.argv[2:]) if sys.argv[1:2] == [STANDBY] else main())
+    sys.exit(main())

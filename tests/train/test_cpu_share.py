@@ -317,9 +317,10 @@ def test_cpu_slots_of_another_host_take_no_core_of_this_one(tmp_path):
     assert table.held() == {os.getpid(): (0, 1)}
     with table.store.transaction() as db:
         assert {s.holder.host for s in table.store.cpu_slots(db)} == {"node-b", this_host()}
-        db.execute("UPDATE agent_slots SET heartbeat_at = 0 WHERE host = 'node-b'")
+        db.exec_driver_sql("UPDATE agent_slots SET heartbeat_at = 0 WHERE host = 'node-b'")
         assert [s.holder.host for s in table.store.cpu_slots(db)] == [this_host()]
-    rows = table.store.connection.execute("SELECT host FROM agent_slots").fetchall()
+    with table.store.reading() as db:
+        rows = db.exec_driver_sql("SELECT host FROM agent_slots").fetchall()
     assert rows == [(this_host(),)]  # the silent one's row is gone
     table.release(os.getpid())
 
@@ -332,7 +333,9 @@ def test_a_slot_whose_pid_now_runs_another_process_is_free(tmp_path):
     share, _ = table.claim(os.getpid(), slot=None, per_trial=1, limits=limits)
     assert table.held() == {os.getpid(): share.cores}
     with table.store.transaction() as db:  # as if this PID had been given to a new process
-        db.execute("UPDATE agent_slots SET started = started - 3600 WHERE pid = ?", (os.getpid(),))
+        db.exec_driver_sql(
+            "UPDATE agent_slots SET started = started - 3600 WHERE pid = ?", (os.getpid(),)
+        )
     assert table.held() == {}
     again, others = table.claim(os.getpid(), slot=None, per_trial=1, limits=limits)
     assert again.cores == share.cores and others == {}
@@ -355,16 +358,12 @@ def test_a_child_started_inside_inherited_affinity_runs_on_those_cores():
     assert os.sched_getaffinity(0) == before
 
 
-def test_a_standby_agent_plans_the_share_its_claim_then_gets(tmp_path, monkeypatch):
-    """A standby agent starts its trial template before the sweep exists, with the share its
-    slot is planned to get; in a new sweep, its claim gets exactly that share."""
-    monkeypatch.delenv(cpu_share.ENV_SLOT, raising=False)
+def test_a_slotted_agent_claims_its_slots_planned_share_in_a_new_sweep(tmp_path, monkeypatch):
+    """Agent i of n, started together by a sweep command, gets slot i's share of the plan."""
     monkeypatch.delenv(cpu_share.ENV_PER_TRIAL, raising=False)
-    assert cpu_slots.planned_share() is None  # an agent that joins later: no slot, no plan
+    limits = cpu_share.process_limits()
     for slot in range(2):
         monkeypatch.setenv(cpu_share.ENV_SLOT, f"{slot}/2")
-        planned = cpu_slots.planned_share()
-        assert planned == cpu_slots.claim_share(tmp_path, say=print)
-        assert planned.cpus == max(1, cpu_share.process_limits().count // 2)
-    monkeypatch.setenv(cpu_share.ENV_PER_TRIAL, "1")
-    assert cpu_slots.planned_share().cpus == 1
+        share = cpu_slots.claim_share(tmp_path / str(slot), say=print)
+        assert share == cpu_share.plan_shares(limits, 2, None)[slot]
+        assert share.cpus == max(1, limits.count // 2)

@@ -16,9 +16,7 @@ from trainer.config import ConfigError, flatten
 from trainer.errors import TrainerError, exit_on_error
 from trainer.layout import SweepLayout, conf_dir, default_output_root
 from trainer.sweep.agents import gpu_slots
-from trainer.sweep.agents.forkable import template_flags
 from trainer.sweep.agents.outcome import agent_failure
-from trainer.sweep.agents.standby import standby_agents
 from trainer.sweep.spec.command import config_arguments, fixed_overrides
 from trainer.sweep.spec.custom_checks import check as scheduler_check
 from trainer.sweep.spec.custom_checks import definition_dirs, resolve_source
@@ -263,7 +261,6 @@ def _run_local(options: dict[str, Any], config: DictConfig, root: Path) -> dict[
         cpus_per_trial=options["cpus_per_trial"],
         devices=options["device_plan"],
         before_agents=options.get("before_agents"),
-        standby=options["standby"],
     )
 
 
@@ -276,23 +273,18 @@ def sweep(
         for k, v in options.items()
     }
     root = Path(OmegaConf.select(config, "paths.output_dir") or default_output_root())
-    options["standby"] = standby_agents(options, root, template_flags(arguments))
     try:
-        try:
-            options["sweep_config"] = prepare(options, config, hydra_context, arguments)
-        except KeyboardInterrupt:  # Ctrl-C during the checks: no traceback, nothing to keep
-            raise TrainerError(
-                "interrupted while checking the sweep; nothing was started or written",
-                exit_code=128 + signal.SIGINT,
-            ) from None
-        if options["dry_run"]:
-            return dry_run(options["sweep_config"], Path(config.hydra.sweep.dir).resolve())
-        options["before_agents"] = prewarm_hook(options, config, hydra_context)
-        backend = _run_server if options["backend"] == "wandb" else _run_local
-        result = backend(options, config, root)
-    finally:
-        if options["standby"] is not None:  # not started: the input was refused, or Ctrl-C
-            options["standby"].cancel()
+        options["sweep_config"] = prepare(options, config, hydra_context, arguments)
+    except KeyboardInterrupt:  # Ctrl-C during the checks: no traceback, nothing to keep
+        raise TrainerError(
+            "interrupted while checking the sweep; nothing was started or written",
+            exit_code=128 + signal.SIGINT,
+        ) from None
+    if options["dry_run"]:
+        return dry_run(options["sweep_config"], Path(config.hydra.sweep.dir).resolve())
+    options["before_agents"] = prewarm_hook(options, config, hydra_context)
+    backend = _run_server if options["backend"] == "wandb" else _run_local
+    result = backend(options, config, root)
     failure = agent_failure(result)
     if failure is not None:
         raise failure

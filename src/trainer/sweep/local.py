@@ -4,17 +4,18 @@ results.json, best.yaml)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from trainer import cpu_share
 from trainer.errors import TrainerError
 from trainer.layout import SweepLayout
 from trainer.sweep.agents.gpu_slots import DevicePlan
 from trainer.sweep.agents.outcome import INTERRUPT_CODES
-from trainer.sweep.agents.standby import StandbyAgents, agent_env
 from trainer.sweep.report import leaderboard
 from trainer.sweep.search import dispatch
 from trainer.sweep.store.database import SweepStore
@@ -87,6 +88,15 @@ def _reopen(
     return found, layout, store
 
 
+def agent_env(root: Path, slot: int, slots: int, cpus_per_trial: int | None) -> dict[str, str]:
+    """Agent `slot` of the `slots` a sweep command starts together: its CPU slot, its root."""
+    return {
+        **os.environ,
+        "TRAINER_OUTPUT_DIR": str(root),
+        **cpu_share.slot_env(slot, slots, cpus_per_trial),
+    }
+
+
 def run_sweep(
     config: dict,
     *,
@@ -100,14 +110,12 @@ def run_sweep(
     cpus_per_trial: int | None = None,
     devices: DevicePlan | None = None,
     before_agents: Callable[[SweepLayout], None] | None = None,
-    standby: StandbyAgents | None = None,
 ) -> dict:
     """Create (sweep_id None) or reopen (sweep_id given) the local sweep in `directory` (the
     user's hydra.sweep.dir) or <root>/sweeps/<sweep_id>/, run `agents` local agent processes
     (each at most `count` trials; trials get GPUs from `devices`) until the sweep ends, print
     the leaderboard, write results.json and best.yaml, and return the results dict.
-    `before_agents(layout)` runs first (hydra.sweeper.prewarm). The agents are `standby`'s
-    when it started them for this sweep's count, root and CPU share."""
+    `before_agents(layout)` runs first (hydra.sweeper.prewarm)."""
     root = Path(root).resolve()
     directory = Path(directory).resolve() if directory is not None else None
     if sweep_id is None:
@@ -123,11 +131,7 @@ def run_sweep(
         before_agents(layout)
     argv = _agent_argv(layout, count, rerun_crashed, max_consecutive_failures)
     n = max(agents, 1)  # agent i of n takes slot i of the CPUs (trainer.sweep.agents.cpu_slots)
-    procs = standby.start(argv, n, root, cpus_per_trial) if standby is not None else None
-    if procs is None:
-        procs = [
-            subprocess.Popen(argv, env=agent_env(root, i, n, cpus_per_trial)) for i in range(n)
-        ]
+    procs = [subprocess.Popen(argv, env=agent_env(root, i, n, cpus_per_trial)) for i in range(n)]
     try:
         codes = [p.wait() for p in procs]
     except KeyboardInterrupt:  # Ctrl-C reached the agents too: each stops and records its trial

@@ -315,14 +315,3 @@ def test_overlaps_counts_concurrent_trials():
     for run, (start, end) in zip(runs, [(0, 2), (1, 3), (0, 1)], strict=True):
         run.started_at, run.ended_at = start, end
     assert _overlaps(runs) == {"0": 2, "1": 1}
-
-
-def test_no_device_is_told_without_torch_only_where_it_is_sure(tmp_path):
-    assert gpu_slots.surely_no_devices(None) and gpu_slots.surely_no_devices("none")
-    assert gpu_slots.surely_no_devices("auto", {"CUDA_VISIBLE_DEVICES": ""})
-    assert not gpu_slots.surely_no_devices("auto", {"CUDA_VISIBLE_DEVICES": "0,1"})
-    assert not gpu_slots.surely_no_devices([0, 1], {})  # indices are handed out as they are
-    from pathlib import Path
-
-    has_device_files = any(Path("/dev").glob("nvidia[0-9]*")) or Path("/dev/kfd").exists()
-    assert gpu_slots.surely_no_devices("auto", {}) is not has_device_files

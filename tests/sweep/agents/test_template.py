@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.sweep.agents.trial_start import ENV_SWITCH, Launcher, TrialTemplate
+from trainer.sweep.agents.trial_start import ENV_SWITCH, TrialStarter, TrialTemplate
 
 ROOT = Path(__file__).resolve().parents[3]
 PROBE = "tests.sweep.agents.template_probe"
@@ -168,53 +168,23 @@ def test_signals_reach_the_trial_and_sigkill_is_reported(template, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_launcher_falls_back_to_processes_once_with_the_reason(tmp_path, capsys):
+def test_the_trial_starter_falls_back_to_processes_once_with_the_reason(tmp_path, capsys):
     env = dict(os.environ)
-    launcher = Launcher(env, (), tmp_path / "template.log", modules=(PROBE,))
+    starter = TrialStarter(env, (), tmp_path / "template.log", modules=(PROBE,))
     try:
-        assert launcher.template is not None and launcher.template.wait_ready()
-        launcher.template.process.kill()  # the template dies: trials start as processes
-        launcher.template.process.wait()
+        assert starter.template is not None and starter.template.wait_ready()
+        starter.template.process.kill()  # the template dies: trials start as processes
+        starter.template.process.wait()
         for name in ("a", "b"):
             out = tmp_path / f"{name}.json"
             with open(tmp_path / f"{name}.log", "w") as log:
-                trial = launcher.start([sys.executable, "-m", PROBE, str(out)], {**env}, log, ())
+                trial = starter.start([sys.executable, "-m", PROBE, str(out)], {**env}, log, ())
             assert isinstance(trial, subprocess.Popen) and trial.wait(timeout=60) == 0
     finally:
-        launcher.close()
+        starter.close()
     said = capsys.readouterr().out
     assert said.count("trials start as new processes") == 1
     assert "(the trial template ended (exit code -9))" in said
-
-
-@pytest.mark.slow
-def test_a_standby_template_is_adopted_where_its_environment_fits_else_ended(tmp_path, monkeypatch):
-    """A standby agent's template, started before the sweep existed (no log yet): the launcher
-    uses it when the trials' environment is its own but for what trials set after the fork,
-    and its output goes to the launcher's log; otherwise the launcher ends it and starts one."""
-    from trainer.cache.env import BUNDLE_ENV
-
-    monkeypatch.chdir(ROOT)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KMP_", "TORCHINDUCTOR_"))}
-    modules, flags = ("trainer", PROBE), ("--no-compiler", "--no-wandb")
-    fits, misfit = (TrialTemplate(env, (), None, modules, flags) for _ in range(2))
-    bundle = {**env, BUNDLE_ENV: str(tmp_path / "bundle")}  # read by the trial, after the fork
-    adopted = Launcher(bundle, (), tmp_path / "fits.log", modules=modules, standby=fits)
-    other = Launcher(
-        {**env, "OMP_NUM_THREADS": "7"}, (), tmp_path / "o.log", modules, standby=misfit
-    )
-    try:
-        assert adopted.template is fits and (tmp_path / "fits.log").is_file()
-        out = tmp_path / "trial.json"
-        with open(tmp_path / "trial.log", "w") as log:
-            trial = adopted.start([sys.executable, "-m", PROBE, str(out)], bundle, log, ())
-        assert trial.pid in fits.trials and trial.wait(timeout=60) == 0
-        assert json.loads(out.read_text())["env"][BUNDLE_ENV] == str(tmp_path / "bundle")
-        assert other.template is not misfit and misfit.process.returncode == -signal.SIGKILL
-        assert other.template.wait_ready() and other.template.env["OMP_NUM_THREADS"] == "7"
-    finally:
-        adopted.close()
-        other.close()
 
 
 @pytest.mark.slow
@@ -235,10 +205,10 @@ def test_only_python_m_trainer_on_this_interpreter_and_environment_is_forked(tem
 def test_a_torchrun_sweep_starts_no_template(tmp_path, capsys):
     from trainer.sweep.spec.command import template
 
-    launcher = Launcher(dict(os.environ), (), tmp_path / "t.log", command=template([], [], 2))
-    assert launcher.template is None
+    starter = TrialStarter(dict(os.environ), (), tmp_path / "t.log", command=template([], [], 2))
+    assert starter.template is None
     assert "not `python -m trainer`" in capsys.readouterr().out
-    plain = Launcher(dict(os.environ), (), tmp_path / "t.log", command=template([]))
+    plain = TrialStarter(dict(os.environ), (), tmp_path / "t.log", command=template([]))
     assert plain.template is not None
     plain.close()
 
@@ -260,6 +230,6 @@ def test_a_sweep_that_never_compiles_or_logs_skips_those_imports():
 
 def test_the_switch_turns_the_template_off(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv(ENV_SWITCH, "0")
-    launcher = Launcher(dict(os.environ), (), tmp_path / "template.log")
-    assert launcher.template is None
+    starter = TrialStarter(dict(os.environ), (), tmp_path / "template.log")
+    assert starter.template is None
     assert f"{ENV_SWITCH}=0" in capsys.readouterr().out

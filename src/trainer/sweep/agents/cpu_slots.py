@@ -124,15 +124,6 @@ def _given(per_trial: int | None) -> tuple[tuple[int, int] | None, int | None]:
     return parse_slot(os.environ.get(ENV_SLOT)), per_trial
 
 
-def planned_share() -> Share | None:
-    """The share `claim_share` gives this agent when the sweep's other agents hold none of its
-    slot's cores (always so in a new sweep); None for an agent without a slot."""
-    slot, per_trial = _given(None)
-    if slot is None:
-        return None
-    return plan_shares(process_limits(), slot[1], per_trial)[slot[0]]
-
-
 def claim_share(
     where: str | Path | SweepStore,
     *,

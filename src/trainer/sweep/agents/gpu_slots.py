@@ -11,7 +11,6 @@ import os
 import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from trainer.sweep.agents.liveness import this_host
@@ -40,21 +39,6 @@ def visible(env: Mapping[str, str] | None = None, count: int | None = None) -> l
     if ENV in env:
         return [d.strip() for d in env[ENV].split(",") if d.strip()]
     return [str(i) for i in range(gpu_count() if count is None else count)]
-
-
-def surely_no_devices(option: Any, env: Mapping[str, str] | None = None) -> bool:
-    """Whether `resolve(option)` finds no device, told without importing torch: no device
-    option, an empty CUDA_VISIBLE_DEVICES, or `auto` on a machine with no NVIDIA or AMD device
-    file. False when it may find some (torch would have to say)."""
-    env = os.environ if env is None else env
-    if option is None or option == "none":
-        return True
-    if option != "auto":
-        return False
-    if ENV in env:
-        return not visible(env)
-    dev = Path("/dev")
-    return not (any(dev.glob("nvidia[0-9]*")) or (dev / "kfd").exists())
 
 
 def _indices_problem(option: Any) -> str | None:

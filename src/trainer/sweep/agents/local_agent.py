@@ -21,7 +21,7 @@ from trainer.cache import env as cache_env
 from trainer.errors import TrainerError
 from trainer.layout import SweepLayout
 from trainer.sweep.agents import cpu_slots, gpu_slots
-from trainer.sweep.agents.trial_start import Launcher, Trial, TrialTemplate
+from trainer.sweep.agents.trial_start import Trial, TrialStarter
 from trainer.sweep.search import dispatch
 from trainer.sweep.spec.command import expand
 from trainer.sweep.store.database import RunRecord, SweepStore
@@ -96,10 +96,8 @@ class LocalAgent:
         max_consecutive_failures: int = 5,
         cpus_per_trial: int | None = None,
         devices: list[str] | None = None,
-        standby: TrialTemplate | None = None,
     ) -> None:
         self.layout = layout
-        self.standby = standby  # the template it started before its sweep existed, if any
         self.store = SweepStore(layout.db)
         self.sweep_id = sweep_id_of(self.store, layout)
         self.config: dict = self.store.config
@@ -109,7 +107,7 @@ class LocalAgent:
         self.max_consecutive_failures = max_consecutive_failures
         self.signum: int | None = None  # SIGTERM/SIGINT the agent received
         self._trial: Trial | None = None
-        self.launcher: Launcher | None = None  # starts trials (from the template when it can)
+        self.starter: TrialStarter | None = None  # starts trials (from the template when it can)
         self.cpus_per_trial = cpus_per_trial  # None: the sweep's setting, or an equal share
         self.share: cpu_share.Share | None = None  # this agent's CPUs (its slot in the store)
         # The GPUs its trials may take (the sweep's, or its own --devices); None: not assigned.
@@ -144,19 +142,17 @@ class LocalAgent:
             )
             if not self.share:
                 return 128 + (self.signum or signal.SIGTERM)
-            self.launcher = Launcher(  # the template's environment is the trials' (bundle too)
+            self.starter = TrialStarter(  # the template's environment is the trials' (bundle too)
                 {**os.environ, **self.share.env(), **cache_env.trial_env(self.layout)},
                 self.share.cores,
                 self.layout.template_log(os.getpid()),
                 command=self.config.get("command"),
-                standby=self.standby,  # the launcher's now: it uses or ends it
             )
-            self.standby = None
             return self._run(count)
         finally:
             self.engine.close()  # a scheduler optimizer's lease goes to another agent
-            if self.launcher is not None:
-                self.launcher.close()
+            if self.starter is not None:
+                self.starter.close()
             cpu_slots.release_share(self.store)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -229,7 +225,7 @@ class LocalAgent:
         with open(log_path, "a" if resume else "w") as log:
             log.write(" ".join(argv) + "\n")
             log.flush()
-            proc = self.launcher.start(argv, env, log, self.share.cores)
+            proc = self.starter.start(argv, env, log, self.share.cores)
         self._trial = proc
         if self.signum is not None:  # a signal came while the trial was starting
             proc.send_signal(self.signum)

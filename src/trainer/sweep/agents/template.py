@@ -110,11 +110,6 @@ def serve(sock: socket.socket) -> Request | None:
             return None  # the agent ended (or died): running trials live on, as with Popen
         sys.stdout.flush()
         sys.stderr.flush()
-        if "log" in message:  # a standby agent's template: its log, now that the sweep exists
-            os.dup2(fds[0], 1)
-            os.dup2(fds[0], 2)
-            os.close(fds[0])
-            continue
         pid = os.fork()
         if pid == 0:
             return Request(

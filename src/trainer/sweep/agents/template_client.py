@@ -10,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import IO
@@ -65,33 +64,20 @@ class TrialTemplate:
         self,
         env: dict[str, str],
         cores: tuple[int, ...],
-        log_path: Path | None,
+        log_path: Path,
         modules: tuple[str, ...] = MODULES,
         flags: tuple[str, ...] = (),
     ) -> None:
-        """Start the template with this environment, on `cores`; its output goes to `log_path`,
-        or (None: a standby agent's, before its sweep exists) to a temporary file until
-        `adopt` names the log."""
+        """Start the template with this environment, on `cores`; its output goes to
+        `log_path`."""
         self.env = dict(env)
         self.modules = modules
         self.cwd = os.getcwd()
         self.dead = False
         self.trials: dict[int, ForkedTrial] = {}
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        # A standby template writes to a temporary file until `adopt` names its log.
-        self._early_log: IO | None = (
-            None if log_path else tempfile.TemporaryFile("w+")  # noqa: SIM115 (adopt closes it)
-        )
-        if log_path is not None:
-            log_path.parent.mkdir(parents=True, exist_ok=True)
-        with (
-            (
-                open(log_path, "a")
-                if log_path is not None
-                else contextlib.nullcontext(self._early_log)
-            ) as log,
-            cpu_share.inherited_affinity(cores),
-        ):
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "a") as log, cpu_share.inherited_affinity(cores):
             self.process = subprocess.Popen(
                 [
                     sys.executable,
@@ -111,43 +97,6 @@ class TrialTemplate:
         self.ready: bool | None = None  # None: still importing
         self.set_by_imports: dict[str, str] = {}  # environment defaults its imports set
         self.problem = ""
-
-    def adopt(self, log_path: Path) -> None:
-        """A standby template joins its sweep: what it wrote so far, then its output from now
-        on, go to `log_path`."""
-        early, self._early_log = self._early_log, None
-        if early is None:
-            return
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with early, open(log_path, "a") as log:
-            early.seek(0)
-            log.write(early.read())
-            log.flush()
-            if not self.dead:
-                with contextlib.suppress(OSError):  # it has ended: usable_for says so
-                    send(self._sock, {"log": True}, [log.fileno()])
-
-    def fits(self, env: dict[str, str], modules: tuple[str, ...]) -> bool:
-        """Whether this (standby) template can stand for `TrialTemplate(env, ..., modules)`:
-        the same environment but for what trials set after the fork. Its cores and imports need
-        not match: each trial is put on its own cores, and imports what the template did not."""
-        return (
-            not self.dead
-            and self.process.poll() is None
-            and self.modules == modules
-            and not env_difference(self.env, env, {})
-        )
-
-    def discard(self) -> None:
-        """End a template that will start no trial (a standby agent's, unused) at once, even
-        while it is still importing."""
-        self._sock.close()
-        with contextlib.suppress(ProcessLookupError):
-            self.process.kill()
-        self.process.wait()
-        if self._early_log is not None:
-            self._early_log.close()
-            self._early_log = None
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> bool:
         """Block until the template has imported everything (True) or failed (False)."""

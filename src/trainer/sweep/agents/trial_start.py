@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from trainer import cpu_share
-from trainer.sweep.agents import cpu_slots
 from trainer.sweep.agents.forkable import MODULES, forkable, template_flags
 from trainer.sweep.agents.template_client import ForkedTrial, TrialTemplate
 
-__all__ = ["ENV_SWITCH", "ForkedTrial", "Launcher", "Trial", "TrialTemplate", "standby_template"]
+__all__ = ["ENV_SWITCH", "ForkedTrial", "Trial", "TrialStarter", "TrialTemplate"]
 
 ENV_SWITCH = "TRAINER_TRIAL_TEMPLATE"  # 0: every trial starts as a plain process
 
@@ -42,7 +41,7 @@ def _no_template() -> str:
     return ""
 
 
-class Launcher:
+class TrialStarter:
     """Starts an agent's trials: from its template while that works, else as processes (the
     agent says so once, with the reason)."""
 
@@ -53,24 +52,16 @@ class Launcher:
         log_path: Path,
         modules: tuple[str, ...] = MODULES,
         command: list[str] | None = None,
-        standby: TrialTemplate | None = None,
     ) -> None:
-        """`standby`: the template a standby agent started before its sweep existed; used when
-        its environment is the one asked for, else ended."""
         self.template: TrialTemplate | None = None
         self.noticed = False
         reason = _no_template()
         if not reason and command is not None and not forkable(command, modules):
             reason = "the sweep's command is not `python -m trainer` on this interpreter"
-        flags = tuple(template_flags(command))
-        if standby is not None and not reason and standby.fits(env, modules):
-            standby.adopt(log_path)
-            self.template = standby
-        elif standby is not None:
-            standby.discard()
         if reason:
             self._notice(reason)
-        elif self.template is None:
+        else:
+            flags = tuple(template_flags(command))
             self.template = TrialTemplate(env, cores, log_path, modules, flags)
 
     def _notice(self, reason: str) -> None:
@@ -103,13 +94,3 @@ class Launcher:
     def close(self) -> None:
         if self.template is not None:
             self.template.close()
-
-
-def standby_template(flags: tuple[str, ...] = ()) -> TrialTemplate | None:
-    """A standby agent's template, started before its sweep exists, with the environment its
-    `Launcher` will most likely ask for (its slot's planned CPU share); None where this agent
-    would start none (no slot, no fork, or switched off)."""
-    share = cpu_slots.planned_share()
-    if share is None or _no_template():
-        return None
-    return TrialTemplate({**os.environ, **share.env()}, share.cores, None, MODULES, flags)
