@@ -60,6 +60,24 @@ def _isolated_outputs(tmp_path, monkeypatch):
             wandb.run.finish()
 
 
+@pytest.fixture(scope="session")
+def slurm_cluster() -> dict:
+    """The SLURM cluster this machine reaches (`.ci/slurm` starts a one-node one): its default
+    partition and a node that takes jobs, as {"partition": ..., "node": ...}; skips without one."""
+    try:
+        listed = subprocess.run(
+            ["sinfo", "-h", "-N", "-o", "%P %N %t"], capture_output=True, text=True, timeout=30
+        ).stdout.split("\n")
+    except (OSError, subprocess.TimeoutExpired):
+        listed = []
+    rows = [line.split() for line in listed]
+    usable = [row for row in rows if len(row) == 3 and row[2] in ("idle", "mix", "alloc")]
+    usable.sort(key=lambda row: not row[0].endswith("*"))  # the default partition first
+    if not usable:
+        pytest.skip("no SLURM cluster running: start one with `bash .ci/slurm` (root)")
+    return {"partition": usable[0][0].rstrip("*"), "node": usable[0][1]}
+
+
 def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 300):
     """Run `python -m trainer ARGS` as a real process; return the CompletedProcess."""
     full_env = {**os.environ, **(env or {})}

@@ -1,0 +1,32 @@
+"""The SLURM cluster the cluster tests submit to (`.ci/slurm` starts it in CI): a batch job
+submitted to the fixture's partition runs on its node. Skipped where no SLURM cluster runs."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+
+@pytest.mark.slow
+def test_a_batch_job_runs_on_the_cluster(slurm_cluster, tmp_path):
+    out = tmp_path / "job.out"
+    submitted = subprocess.run(
+        [
+            "sbatch",
+            "--wait",
+            "--parsable",
+            f"--partition={slurm_cluster['partition']}",
+            "--time=2",
+            f"--output={out}",
+            "--wrap",
+            'echo "ran $SLURM_JOB_ID on $SLURMD_NODENAME"',
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip().split(";")[0]
+    assert out.read_text().split() == ["ran", job, "on", slurm_cluster["node"]]
