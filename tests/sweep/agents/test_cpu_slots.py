@@ -61,9 +61,8 @@ def test_two_concurrent_trials_each_get_half_the_cpus_on_their_own_cores(tmp_pat
     assert len(first) == len(second) == expected and not first & second  # disjoint
     (a, b) = (sorted(rs, key=lambda r: r.started_at)[0] for rs in by_agent.values())
     assert a.started_at < b.ended_at and b.started_at < a.ended_at  # they ran at the same time
-    assert not store.connection.execute("SELECT COUNT(*) FROM agent_slots").fetchone()[
-        0
-    ]  # both agents freed their slots
+    with store.reading() as db:  # both agents freed their slots
+        assert not db.exec_driver_sql("SELECT COUNT(*) FROM agent_slots").scalar()
 
 
 @pytest.mark.slow

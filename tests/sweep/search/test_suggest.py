@@ -147,7 +147,7 @@ def test_kill_9_then_resume_continues_the_same_study(tmp_path):
         os.kill(pid, signal.SIGKILL)
     sweeper.wait()
     finished_before = {r.id for r in store.runs() if r.state == "finished"}
-    queued_before = {s.seq for s in SuggestionQueue(store).queued(store.connection)}
+    queued_before = {s.seq for s in SuggestionQueue(store).queued()}
 
     res = run_sweep({}, root=tmp_path, sweep_id=db.parent.name, agents=2, rerun_crashed=True)
     live = [r for r in store.runs() if not r.superseded]

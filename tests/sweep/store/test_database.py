@@ -142,6 +142,8 @@ def test_a_torn_summary_is_no_summary_with_a_warning(tmp_path, capsys):
 
 
 def test_one_run_reads_only_its_own_history_and_the_stop_flag(tmp_path):
+    from sqlalchemy import event
+
     store = SweepStore(tmp_path / "sweep.db")
     ids = iter(["a", "b"])
     for _ in range(2):
@@ -149,9 +151,11 @@ def test_one_run_reads_only_its_own_history_and_the_stop_flag(tmp_path):
     store.add_metrics("a", [{"loss": 1.0}, {"loss": 0.5}], 0)
     store.add_metrics("b", [{"loss": 2.0}], 0)
     statements: list[str] = []
-    store._db.set_trace_callback(statements.append)
+    event.listen(
+        store.engine, "before_cursor_execute", lambda *a: statements.append(" ".join(a[2].split()))
+    )
     assert store.run("b").history == [{"loss": 2.0}]
-    assert any("FROM metrics WHERE run_id IN" in s for s in statements), statements
+    assert any("FROM metrics WHERE metrics.run_id IN" in s for s in statements), statements
     assert [r.history for r in store.runs()] == [[{"loss": 1.0}, {"loss": 0.5}], [{"loss": 2.0}]]
     assert store.stop_requested("a") is False
     store.request_stop(["a"])

@@ -57,13 +57,13 @@ def test_one_holder_drives_and_a_dead_holders_lease_is_taken_over(sweep, dead_pi
     for i, run in enumerate(runs[:2]):
         _finish(store, run.id, 0.5 + i / 10)
     queue = SuggestionQueue(store)
-    assert queue.lease(store.connection)[2] == 1  # generation 1: the first holder
+    assert queue.lease()[2] == 1  # generation 1: the first holder
     other = SchedulerDriver(SweepStore(layout.db), layout, CONFIG, "s1")
     other.step(force=True)
     assert other.session is None and other.generation is None  # a live holder keeps it
 
     with store.transaction() as db:  # the holder dies: its lease names a dead process
-        db.execute("UPDATE optimizer_lease SET pid = ?", (dead_pid,))
+        db.exec_driver_sql("UPDATE optimizer_lease SET pid = ?", (dead_pid,))
     other.queue.wait(os.getpid(), True)
     other.step(force=True)
     assert other.generation == 2
@@ -71,7 +71,7 @@ def test_one_holder_drives_and_a_dead_holders_lease_is_taken_over(sweep, dead_pi
     told = [t for t in study.trials if t.state.name == "COMPLETE"]
     assert sorted(t.value for t in told) == [0.5, 0.6]  # rebuilt from the stored runs
     assert runs[2].id in other.tracked  # the running run is adopted
-    (queued,) = other.queue.queued(other.store.connection)
+    (queued,) = other.queue.queued()
     assert queued.info["lease_generation"] == 2 and queued.info["results_known"] == 2
     other.close()
     first.close()
@@ -85,14 +85,14 @@ def test_queued_suggestions_are_claimed_once_and_adopted_after_a_takeover(sweep,
     for pid in (os.getpid(), dead_pid + 1_000_000):  # one live waiting agent (and a stale row)
         queue.wait(pid, True)
     driver.step(force=True)
-    assert len(queue.queued(store.connection)) == 1
+    assert len(queue.queued()) == 1
     with store.transaction() as db:
-        db.execute("UPDATE optimizer_lease SET pid = ?", (dead_pid,))
+        db.exec_driver_sql("UPDATE optimizer_lease SET pid = ?", (dead_pid,))
     driver.session = None  # as if this process had died with the lease
     driver.spare = None
     successor = SchedulerDriver(SweepStore(layout.db), layout, CONFIG, "s1")
     successor.step(force=True)
-    assert list(successor.queued) == [queue.queued(store.connection)[0].seq]  # adopted
+    assert list(successor.queued) == [queue.queued()[0].seq]  # adopted
     claims = [
         SuggestionQueue(SweepStore(layout.db)).claim(
             new_id=lambda i=i: f"r{i}", agent_pid=os.getpid(), rerun_crashed=False
@@ -117,7 +117,7 @@ def test_the_search_ends_at_run_cap_and_says_why(sweep):
     assert engine.over() == "run_cap 2 reached"
     engine.close()
     queue = SuggestionQueue(store)
-    assert queue.takeable() and queue.lease(store.connection)[0] == ""  # handed back on close
+    assert queue.takeable() and queue.lease()[0] == ""  # handed back on close
     with store.transaction() as db:  # the next holder's generation follows
         assert queue.hold(db, "next", os.getpid()) == 2
 
@@ -134,15 +134,17 @@ def test_a_lease_of_another_host_lapses_only_when_its_renewals_stop(sweep, dead_
     queue = SuggestionQueue(store)
     with store.transaction() as db:
         assert queue.hold(db, "theirs", os.getpid()) == 1
-        db.execute("UPDATE optimizer_lease SET host = 'node-b', pid = ?", (dead_pid,))
+        db.exec_driver_sql("UPDATE optimizer_lease SET host = 'node-b', pid = ?", (dead_pid,))
     assert not queue.takeable()
     with store.transaction() as db:
         assert queue.hold(db, "mine", os.getpid()) is None  # held elsewhere
-        db.execute("UPDATE optimizer_lease SET renewed_at = ?", (time.time() - LEASE_S - 1,))
+        db.exec_driver_sql(
+            "UPDATE optimizer_lease SET renewed_at = ?", (time.time() - LEASE_S - 1,)
+        )
     assert queue.takeable()
     with store.transaction() as db:
         assert queue.hold(db, "mine", os.getpid()) == 2
-    assert queue.lease(store.connection).holder.here
+    assert queue.lease().holder.here
 
 
 @pytest.mark.slow
@@ -155,19 +157,19 @@ def test_waiting_agents_of_another_host_count_while_they_look_for_runs(sweep, de
     queue = SuggestionQueue(store)
     queue.wait(os.getpid(), True)
     with store.transaction() as db:
-        db.execute(
+        db.exec_driver_sql(
             "INSERT INTO waiting_agents (host, pid, since, heartbeat_at) VALUES (?, ?, ?, ?)",
             ("node-b", dead_pid, time.time(), time.time()),
         )
-    assert queue.waiting(store.connection) == 2
+    assert queue.waiting() == 2
     with store.transaction() as db:
-        db.execute(
+        db.exec_driver_sql(
             "UPDATE waiting_agents SET heartbeat_at = ? WHERE host = 'node-b'",
             (time.time() - LEASE_S - 1,),
         )
-    assert queue.waiting(store.connection) == 1  # silent for LEASE_S: gone
+    assert queue.waiting() == 1  # silent for LEASE_S: gone
     queue.wait(os.getpid(), False)
-    assert queue.waiting(store.connection) == 0
+    assert queue.waiting() == 0
 
 
 def test_an_old_store_keeps_its_lease_and_waiting_agents(tmp_path):
@@ -180,6 +182,7 @@ def test_an_old_store_keeps_its_lease_and_waiting_agents(tmp_path):
     SweepStore(layout.db).close()
     db = sqlite3.connect(layout.db)
     db.executescript(
+        "DROP TABLE optimizer_lease; DROP TABLE waiting_agents;"  # as the old release had them
         "CREATE TABLE optimizer_lease (one INTEGER PRIMARY KEY CHECK (one = 1), token TEXT NOT "
         "NULL, pid INTEGER NOT NULL, generation INTEGER NOT NULL, renewed_at REAL NOT NULL);"
         "CREATE TABLE waiting_agents (pid INTEGER PRIMARY KEY, since REAL NOT NULL);"
@@ -190,7 +193,7 @@ def test_an_old_store_keeps_its_lease_and_waiting_agents(tmp_path):
     db.close()
     store = SweepStore(layout.db)
     queue = SuggestionQueue(store)
-    lease = queue.lease(store.connection)
+    lease = queue.lease()
     assert (lease.token, lease.generation, lease.host) == ("old", 3, None)
     assert not queue.takeable()  # this process, alive, renewed just now
-    assert queue.waiting(store.connection) == 1
+    assert queue.waiting() == 1

@@ -25,6 +25,7 @@ from trainer.cpu_share import (
 from trainer.layout import SweepLayout
 from trainer.sweep.agents.liveness import Holder, this_host
 from trainer.sweep.store.database import SweepStore
+from trainer.sweep.store.reconnect import retrying
 
 WAIT_S = 1.0  # how often an agent with no free core looks again
 PER_TRIAL_KEY = "cpus_per_trial"  # the sweep's per-trial size, set by the agents it started
@@ -77,12 +78,14 @@ class CpuSlots:
     def __init__(self, where: str | Path | SweepStore) -> None:
         self.store = where if isinstance(where, SweepStore) else SweepStore(SweepLayout(where).db)
 
+    @retrying
     def held(self) -> dict[int, tuple[int, ...]]:
         """The cores each live agent of this host holds, by PID."""
         with self.store.transaction() as db:
             slots = self.store.cpu_slots(db)
         return {s.holder.pid: s.cores for s in slots if s.holder.host == this_host()}
 
+    @retrying
     def claim(
         self,
         pid: int,
@@ -103,13 +106,14 @@ class CpuSlots:
             if slot is not None:  # started by the sweep command: its per-trial size is the sweep's
                 self.store.set(PER_TRIAL_KEY, per_trial, db)
             elif per_trial is None:
-                per_trial = self.store.get(PER_TRIAL_KEY)  # read inside this transaction
+                per_trial = self.store.get(PER_TRIAL_KEY, db=db)  # read inside this transaction
             held = [{"cores": list(s.cores), "cpus": s.cpus} for s in others.values()]
             share = choose(limits, held, slot=slot, per_trial=per_trial)
             cores = None if share is None else share.cores
             self.store.hold_cpu_slot(db, agent, cores, 0 if share is None else share.cpus)
         return share, {p: s.cores for p, s in others.items()}
 
+    @retrying
     def release(self, pid: int) -> None:
         with self.store.transaction() as db:
             self.store.hold_cpu_slot(db, Holder.of(pid), None)

@@ -1,176 +1,164 @@
-"""The local sweep store: one SQLite file per sweep holding its config, runs, parameters,
-states, per-epoch metric history, exit codes and log paths, and the slot ledger: the devices
-each running run holds (its row) and the cores each live agent holds (`agent_slots`), both
-judged alive by one liveness (trainer.sweep.agents.liveness: host, PID, start time, heartbeat).
-Writers take `BEGIN IMMEDIATE` so several agent processes, of one machine or several sharing
-the sweep directory, never hand out the same run or the same slot."""
+"""The local sweep store: one database per sweep holding its config, runs, parameters, states,
+per-epoch metric history, exit codes and log paths, and the slot ledger: the devices each
+running run holds (its row) and the cores each live agent holds (`agent_slots`), both judged
+alive by one liveness (trainer.sweep.agents.liveness: host, PID, start time, heartbeat).
+
+The database is the embedded SQLite file `<sweep dir>/sweep.db`, or a PostgreSQL server
+(trainer.sweep.store.storage), through SQLAlchemy Core. Writers serialize per sweep, so several
+agent processes, of one machine or many, never hand out the same run or the same slot: on SQLite
+with `BEGIN IMMEDIATE`, on PostgreSQL with the sweep's transaction-level advisory lock
+(`pg_advisory_xact_lock`), taken first in every writer's transaction."""
 
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import ColumnElement, Connection, delete, func, select, tuple_, update
+from sqlalchemy.schema import CreateSchema
+
+from trainer.errors import TrainerError
 from trainer.sweep.agents.liveness import STALE_S, Holder, kill_orphan
+from trainer.sweep.store import tables as t
+from trainer.sweep.store.reconnect import retrying
 from trainer.sweep.store.records import BUSY, Busy, CpuSlot, RunRecord, to_json
+from trainer.sweep.store.storage import READ, Storage, check, make_engine
 
 if TYPE_CHECKING:
     from trainer.sweep.agents.gpu_slots import DevicePool
 
 TERMINAL = ("finished", "failed", "crashed", "stopped", "pruned")
-
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS sweep (
-    key TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS runs (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT UNIQUE NOT NULL,
-    state TEXT NOT NULL,
-    params TEXT NOT NULL,
-    search_info TEXT,
-    agent_pid INTEGER,
-    pid INTEGER,
-    run_dir TEXT,
-    log_path TEXT,
-    exit_code INTEGER,
-    log_tail TEXT,
-    summary TEXT,
-    stop_requested INTEGER NOT NULL DEFAULT 0,
-    rerun_of TEXT,
-    superseded INTEGER NOT NULL DEFAULT 0,
-    created_at REAL NOT NULL,
-    started_at REAL,
-    ended_at REAL,
-    heartbeat_at REAL,
-    host TEXT,
-    devices TEXT,
-    agent_started REAL
-);
-CREATE TABLE IF NOT EXISTS metrics (
-    run_id TEXT NOT NULL,
-    step INTEGER NOT NULL,
-    data TEXT NOT NULL,
-    PRIMARY KEY (run_id, step)
-);
-CREATE TABLE IF NOT EXISTS agent_slots (
-    host TEXT NOT NULL,
-    pid INTEGER NOT NULL,
-    started REAL,
-    heartbeat_at REAL NOT NULL,
-    cores TEXT NOT NULL,
-    cpus INTEGER NOT NULL,
-    PRIMARY KEY (host, pid)
-);
-"""
-# Columns added to `runs` since the first sweep.db: an older store gains them when it opens.
-_ADDED = {"host": "TEXT", "devices": "TEXT", "agent_started": "REAL"}
+JSON_COLUMNS = ("params", "search_info", "summary", "devices")
 
 
 class SweepStore:
-    """The SQLite store of one sweep (`<sweep dir>/sweep.db`)."""
+    """The store of one sweep: `<sweep dir>/sweep.db` (`path`), or the sweep's schema in the
+    PostgreSQL database of `storage` (trainer.sweep.store.opening.open_store picks)."""
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # isolation_level=None: we issue BEGIN/COMMIT ourselves.
-        self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA busy_timeout=60000")
-        with self.transaction():
-            for stmt in _SCHEMA.split(";"):
-                if stmt.strip():
-                    self._db.execute(stmt)
-            columns = {row[1] for row in self._db.execute("PRAGMA table_info(runs)")}
-            for column, kind in _ADDED.items():  # a sweep.db written before they existed
-                if column not in columns:
-                    self._db.execute(f"ALTER TABLE runs ADD COLUMN {column} {kind}")
+    def __init__(self, path: str | Path | None = None, *, storage: Storage | None = None) -> None:
+        self.storage = storage if storage is not None else Storage.sqlite(path)
+        self.path = Path(path) if path is not None else None
+        self.where = str(self.path) if self.path is not None else self.storage.shown
+        self.claiming: Connection | None = None  # the claim transaction in progress, if any
+        self.engine = make_engine(self.storage)
+        check(self.engine, self.storage)  # an unreachable server: a clear error now
+        self._create()
+
+    @retrying
+    def _create(self) -> None:
+        """Create the tables (an older sweep.db gains the columns added since) and record the
+        schema version; a store written by a newer release is refused."""
+        with self.transaction() as db:
+            if self.storage.schema is not None:
+                db.execute(CreateSchema(self.storage.schema, if_not_exists=True))
+            if self.storage.is_sqlite:
+                t.migrate_sqlite(db)
+            t.metadata.create_all(db)
+            row = db.execute(select(t.sweep.c.value).where(t.sweep.c.key == t.VERSION_KEY))
+            found = row.scalar()
+            if found is not None and json.loads(found) > t.SCHEMA_VERSION:
+                raise TrainerError(
+                    f"the sweep store {self.where} has schema version {found}, newer than this "
+                    f"release's {t.SCHEMA_VERSION}: upgrade compiled-trainer to open it."
+                )
+            t.upsert(db, t.sweep, {"key": t.VERSION_KEY, "value": str(t.SCHEMA_VERSION)}, ("key",))
 
     def close(self) -> None:
-        self._db.close()
-
-    @property
-    def connection(self) -> sqlite3.Connection:
-        """The store's connection, for tables kept beside `runs` (trainer.sweep.store.suggestions)."""
-        return self._db
+        self.engine.dispose()
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """An exclusive-for-writers transaction (BEGIN IMMEDIATE)."""
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+    def transaction(self) -> Iterator[Connection]:
+        """A writer's transaction, exclusive among the sweep's writers (SQLite: BEGIN
+        IMMEDIATE; PostgreSQL: the sweep's advisory lock)."""
+        with self.engine.begin() as db:
+            if not self.storage.is_sqlite:
+                db.execute(select(func.pg_advisory_xact_lock(self.storage.lock_key)))
+            yield db
+
+    @contextmanager
+    def reading(self) -> Iterator[Connection]:
+        """A reader's transaction (one snapshot for its statements; takes no writer's lock)."""
+        with self.engine.connect() as db:
+            db.execution_options(**READ)
+            with db.begin():
+                yield db
 
     # sweep-level keys -------------------------------------------------------------------
-    def set(self, key: str, value: Any, db: sqlite3.Connection | None = None) -> None:
+    def set(self, key: str, value: Any, db: Connection | None = None) -> None:
         """Set a sweep key (inside the transaction `db` when given, else in its own)."""
         if db is None:
-            with self.transaction() as db:
-                return self.set(key, value, db)
-        db.execute(
-            "INSERT OR REPLACE INTO sweep (key, value) VALUES (?, ?)", (key, json.dumps(value))
-        )
+            return self._set(key, value)
+        t.upsert(db, t.sweep, {"key": key, "value": json.dumps(value)}, ("key",))
         return None
 
-    def get(self, key: str, default: Any = None) -> Any:
-        row = self._db.execute("SELECT value FROM sweep WHERE key = ?", (key,)).fetchone()
-        return default if row is None else json.loads(row[0])
+    @retrying
+    def _set(self, key: str, value: Any) -> None:
+        with self.transaction() as db:
+            self.set(key, value, db)
+
+    @retrying
+    def get(self, key: str, default: Any = None, db: Connection | None = None) -> Any:
+        if db is None:
+            with self.reading() as db:
+                return self.get(key, default, db)
+        row = db.execute(select(t.sweep.c.value).where(t.sweep.c.key == key)).scalar()
+        return default if row is None else json.loads(row)
 
     @property
     def config(self) -> dict[str, Any]:
         return self.get("config")
 
     # runs ------------------------------------------------------------------------------------
-    def _rows(self, db: sqlite3.Connection, where: str = "", args: tuple = ()) -> list[RunRecord]:
-        db.row_factory = sqlite3.Row
-        try:
-            rows = db.execute(f"SELECT * FROM runs {where} ORDER BY seq", args).fetchall()
-            ids = [r["id"] for r in rows]
-            query, query_args = "SELECT run_id, data FROM metrics", ()
-            if where:  # only the selected runs' histories
-                query += f" WHERE run_id IN ({', '.join('?' * len(ids))})"
-                query_args = tuple(ids)
-            hist: dict[str, list[dict]] = {}
-            for r in db.execute(f"{query} ORDER BY run_id, step", query_args) if ids else ():
-                hist.setdefault(r["run_id"], []).append(json.loads(r["data"]))
-        finally:
-            db.row_factory = None
+    @staticmethod
+    def _rows(db: Connection, where: ColumnElement[bool] | None = None) -> list[RunRecord]:
+        query = select(t.runs).order_by(t.runs.c.seq)
+        rows = [
+            dict(r._mapping) for r in db.execute(query if where is None else query.where(where))
+        ]
+        ids = [r["id"] for r in rows]
+        history = select(t.metrics.c.run_id, t.metrics.c.data)
+        if where is not None:  # only the selected runs' histories
+            history = history.where(t.metrics.c.run_id.in_(ids))
+        hist: dict[str, list[dict]] = {}
+        if ids:
+            for run_id, data in db.execute(history.order_by(t.metrics.c.run_id, t.metrics.c.step)):
+                hist.setdefault(run_id, []).append(json.loads(data))
         out = []
-        for r in rows:
-            d = dict(r)
-            for key in ("params", "search_info", "summary", "devices"):
+        for d in rows:
+            for key in JSON_COLUMNS:
                 d[key] = None if d[key] is None else json.loads(d[key])
             d["stop_requested"] = bool(d["stop_requested"])
             d["superseded"] = bool(d["superseded"])
             out.append(RunRecord(**d, history=hist.get(d["id"], [])))
         return out
 
+    @retrying
     def runs(self) -> list[RunRecord]:
-        return self._rows(self._db)
+        with self.reading() as db:
+            return self._rows(db)
 
+    @retrying
     def run(self, run_id: str) -> RunRecord:
-        found = self._rows(self._db, "WHERE id = ?", (run_id,))
+        with self.reading() as db:
+            found = self._rows(db, t.runs.c.id == run_id)
         if not found:
-            raise KeyError(f"no run {run_id!r} in sweep store {self.path}")
+            raise KeyError(f"no run {run_id!r} in sweep store {self.where}")
         return found[0]
 
+    @retrying
     def stop_requested(self, run_id: str) -> bool:
         """Whether the run is asked to stop (one column, for the agent's poll)."""
-        row = self._db.execute("SELECT stop_requested FROM runs WHERE id = ?", (run_id,)).fetchone()
+        with self.reading() as db:
+            row = db.execute(select(t.runs.c.stop_requested).where(t.runs.c.id == run_id)).first()
         if row is None:
-            raise KeyError(f"no run {run_id!r} in sweep store {self.path}")
+            raise KeyError(f"no run {run_id!r} in sweep store {self.where}")
         return bool(row[0])
 
+    @retrying
     def claim(
         self,
         propose: Callable[[list[RunRecord]], tuple[dict, dict | None] | None],
@@ -182,49 +170,58 @@ class SweepStore:
     ) -> RunRecord | None | Busy:
         """Hand out the next run exactly once: a crashed run to rerun (an interrupted one, with
         its checkpoint, resumes in place: same id, run dir and history), else what `propose`
-        suggests given the runs so far (None: the sweep has nothing more to run). With a device
-        `pool`, the run also gets free devices of this machine, or nothing is handed out while
-        none is free (BUSY)."""
+        suggests given the runs so far (None: the sweep has nothing more to run; it may write
+        beside the claim through `self.claiming`). With a device `pool`, the run also gets
+        free devices of this machine, or nothing is handed out while none is free (BUSY)."""
         agent = Holder.of(agent_pid)  # a process of this host: its start time is read here
         with self.transaction() as db:
-            runs = self._rows(db)
-            self._beat(db, agent, time.time())  # its CPU slot, if it holds one, stays its own
-            if pool is not None and not pool.available(runs):
-                return BUSY
-            crashed = self._crashed_to_rerun(runs) if rerun_crashed else None
-            if crashed is not None and crashed.resumable:
-                devices = pool.choose(runs, crashed.params) if pool is not None else None
-                db.execute(
-                    "UPDATE runs SET state = 'running', agent_pid = ?, agent_started = ?, pid = "
-                    "NULL, exit_code = NULL, ended_at = NULL, log_tail = NULL, heartbeat_at = ?, "
-                    "host = ?, devices = ? WHERE id = ?",
-                    (
-                        agent_pid,
-                        agent.started,
-                        time.time(),
-                        agent.host,
-                        to_json(devices),
-                        crashed.id,
-                    ),
-                )
-                return self._rows(db, "WHERE id = ?", (crashed.id,))[0]
-            if crashed is not None:
-                db.execute("UPDATE runs SET superseded = 1 WHERE id = ?", (crashed.id,))
-                params, info = crashed.params, None
-            else:
-                proposal = propose([r for r in runs if not r.superseded])
-                if proposal is None:
-                    return None
-                params, info = proposal
-            devices = pool.choose(runs, params) if pool is not None else None
-            run_id = new_id()
-            rerun_of = crashed.id if crashed is not None else None
-            self._insert(db, run_id, params, info, agent, rerun_of, devices)
-        return self.run(run_id)
+            self.claiming = db
+            try:
+                run_id = self._hand_out(db, propose, new_id, agent, pool, rerun_crashed)
+            finally:
+                self.claiming = None
+            if not isinstance(run_id, str):
+                return run_id
+            return self._rows(db, t.runs.c.id == run_id)[0]
+
+    def _hand_out(
+        self,
+        db: Connection,
+        propose: Callable[[list[RunRecord]], tuple[dict, dict | None] | None],
+        new_id: Callable[[], str],
+        agent: Holder,
+        pool: DevicePool | None,
+        rerun_crashed: bool,
+    ) -> str | None | Busy:
+        """Inside the claim's transaction: the id of the run handed out (None, BUSY)."""
+        runs = self._rows(db)
+        self._beat(db, agent, time.time())  # its CPU slot, if it holds one, stays its own
+        if pool is not None and not pool.available(runs):
+            return BUSY
+        crashed = self._crashed_to_rerun(runs) if rerun_crashed else None
+        if crashed is not None and crashed.resumable:
+            devices = pool.choose(runs, crashed.params) if pool is not None else None
+            fields = dict(state="running", agent_pid=agent.pid, agent_started=agent.started)
+            fields.update(pid=None, exit_code=None, ended_at=None, log_tail=None)
+            fields.update(heartbeat_at=time.time(), host=agent.host, devices=to_json(devices))
+            db.execute(update(t.runs).where(t.runs.c.id == crashed.id).values(**fields))
+            return crashed.id
+        if crashed is not None:
+            db.execute(update(t.runs).where(t.runs.c.id == crashed.id).values(superseded=1))
+            params, info = crashed.params, None
+        else:
+            proposal = propose([r for r in runs if not r.superseded])
+            if proposal is None:
+                return None
+            params, info = proposal
+        devices = pool.choose(runs, params) if pool is not None else None
+        run_id = new_id()
+        self._insert(db, run_id, params, info, agent, crashed.id if crashed else None, devices)
+        return run_id
 
     @staticmethod
     def _insert(
-        db: sqlite3.Connection,
+        db: Connection,
         run_id: str,
         params: dict,
         info: dict | None,
@@ -235,22 +232,20 @@ class SweepStore:
         """A new running run of `agent`, holding `devices`."""
         now = time.time()
         db.execute(
-            "INSERT INTO runs (id, state, params, search_info, agent_pid, rerun_of, created_at, "
-            "started_at, heartbeat_at, host, devices, agent_started) "
-            "VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                run_id,
-                json.dumps(params),
-                to_json(info),
-                agent.pid,
-                rerun_of,
-                now,
-                now,
-                now,
-                agent.host,
-                to_json(devices),
-                agent.started,
-            ),
+            t.runs.insert().values(
+                id=run_id,
+                state="running",
+                params=json.dumps(params),
+                search_info=to_json(info),
+                agent_pid=agent.pid,
+                rerun_of=rerun_of,
+                created_at=now,
+                started_at=now,
+                heartbeat_at=now,
+                host=agent.host,
+                devices=to_json(devices),
+                agent_started=agent.started,
+            )
         )
 
     @staticmethod
@@ -260,46 +255,46 @@ class SweepStore:
         resumable = [r for r in crashed if r.resumable]
         return (resumable or crashed or [None])[0]
 
+    @retrying
     def update(self, run_id: str, **fields: Any) -> None:
         if not fields:
             return
-        values = [
-            json.dumps(v) if k in ("summary", "search_info", "devices") else v
-            for k, v in fields.items()
-        ]
-        cols = ", ".join(f"{k} = ?" for k in fields)
+        values = {k: json.dumps(v) if k in JSON_COLUMNS else v for k, v in fields.items()}
         with self.transaction() as db:
-            db.execute(f"UPDATE runs SET {cols} WHERE id = ?", (*values, run_id))
+            db.execute(update(t.runs).where(t.runs.c.id == run_id).values(**values))
 
+    @retrying
     def add_metrics(self, run_id: str, rows: list[dict[str, Any]], first_step: int) -> None:
         """Append per-epoch metric rows (step = epoch index) and refresh the heartbeat."""
         with self.transaction() as db:
             for i, row in enumerate(rows):
-                db.execute(
-                    "INSERT OR REPLACE INTO metrics (run_id, step, data) VALUES (?, ?, ?)",
-                    (run_id, first_step + i, json.dumps(row)),
-                )
-            db.execute("UPDATE runs SET heartbeat_at = ? WHERE id = ?", (time.time(), run_id))
+                values = {"run_id": run_id, "step": first_step + i, "data": json.dumps(row)}
+                t.upsert(db, t.metrics, values, ("run_id", "step"))
+            db.execute(update(t.runs).where(t.runs.c.id == run_id).values(heartbeat_at=time.time()))
 
+    @retrying
     def heartbeat(self, run_id: str) -> None:
         """The run's agent lives: the run's heartbeat and its agent's CPU slot's."""
         now = time.time()
+        slot = tuple_(t.agent_slots.c.host, t.agent_slots.c.pid)
+        agent = select(t.runs.c.host, t.runs.c.agent_pid).where(t.runs.c.id == run_id)
         with self.transaction() as db:
-            db.execute("UPDATE runs SET heartbeat_at = ? WHERE id = ?", (now, run_id))
-            db.execute(
-                "UPDATE agent_slots SET heartbeat_at = ? WHERE (host, pid) IN "
-                "(SELECT host, agent_pid FROM runs WHERE id = ?)",
-                (now, run_id),
-            )
+            db.execute(update(t.runs).where(t.runs.c.id == run_id).values(heartbeat_at=now))
+            db.execute(update(t.agent_slots).where(slot.in_(agent)).values(heartbeat_at=now))
 
+    @retrying
     def request_stop(self, run_ids: list[str]) -> None:
         with self.transaction() as db:
             for run_id in run_ids:
-                db.execute(
-                    "UPDATE runs SET stop_requested = 1 WHERE id = ? AND state = 'running'",
-                    (run_id,),
-                )
+                self.ask_to_stop(db, run_id)
 
+    @staticmethod
+    def ask_to_stop(db: Connection, run_id: str) -> None:
+        """Inside a transaction: ask `run_id`, if it still runs, to stop."""
+        running = (t.runs.c.id == run_id) & (t.runs.c.state == "running")
+        db.execute(update(t.runs).where(running).values(stop_requested=1))
+
+    @retrying
     def mark_lost_runs(self, stale_s: float = STALE_S) -> list[str]:
         """Mark running runs whose agent is gone crashed: an agent of this host whose process
         no longer runs (or that was silent for `stale_s`); an agent of another host whose
@@ -308,48 +303,54 @@ class SweepStore:
         lost = []
         now = time.time()
         with self.transaction() as db:
-            for r in self._rows(db, "WHERE state = 'running'"):
+            for r in self._rows(db, t.runs.c.state == "running"):
                 agent = r.agent
                 if agent.is_me or (agent.alive(stale_s, now) and not agent.silent(stale_s, now)):
                     continue
-                db.execute(
-                    "UPDATE runs SET state = 'crashed', ended_at = ?, log_tail = ? WHERE id = ?",
-                    (now, "agent process lost while the run was going", r.id),
-                )
+                tail = "agent process lost while the run was going"
+                values = dict(state="crashed", ended_at=now, log_tail=tail)
+                db.execute(update(t.runs).where(t.runs.c.id == r.id).values(**values))
                 lost.append(r.id)
                 kill_orphan(r.pid, r.id, r.host)
         return lost
 
     # the slot ledger: the cores each live agent holds ------------------------------------------
-    def cpu_slots(self, db: sqlite3.Connection, stale_s: float = STALE_S) -> list[CpuSlot]:
+    @staticmethod
+    def cpu_slots(db: Connection, stale_s: float = STALE_S) -> list[CpuSlot]:
         """Inside a transaction: the CPU slots of the sweep's live agents, every host's (a
         dead agent's row is deleted: its cores are free again)."""
         now, live = time.time(), []
-        rows = db.execute("SELECT host, pid, started, heartbeat_at, cores, cpus FROM agent_slots")
+        s = t.agent_slots.c
+        rows = db.execute(select(s.host, s.pid, s.started, s.heartbeat_at, s.cores, s.cpus))
         for host, pid, started, beat, cores, cpus in rows.fetchall():
             holder = Holder(host, pid, started, beat)
             if holder.alive(stale_s, now):
                 live.append(CpuSlot(holder, tuple(json.loads(cores)), cpus))
             else:
-                db.execute("DELETE FROM agent_slots WHERE host = ? AND pid = ?", (host, pid))
+                db.execute(delete(t.agent_slots).where((s.host == host) & (s.pid == pid)))
         return live
 
     @staticmethod
     def hold_cpu_slot(
-        db: sqlite3.Connection, agent: Holder, cores: tuple[int, ...] | None, cpus: int = 0
+        db: Connection, agent: Holder, cores: tuple[int, ...] | None, cpus: int = 0
     ) -> None:
         """Inside a transaction: record `agent`'s cores (None: it holds none now)."""
-        db.execute("DELETE FROM agent_slots WHERE host = ? AND pid = ?", (agent.host, agent.pid))
+        s = t.agent_slots.c
+        db.execute(delete(t.agent_slots).where((s.host == agent.host) & (s.pid == agent.pid)))
         if cores is not None:
             db.execute(
-                "INSERT INTO agent_slots (host, pid, started, heartbeat_at, cores, cpus) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (agent.host, agent.pid, agent.started, time.time(), json.dumps(cores), cpus),
+                t.agent_slots.insert().values(
+                    host=agent.host,
+                    pid=agent.pid,
+                    started=agent.started,
+                    heartbeat_at=time.time(),
+                    cores=json.dumps(cores),
+                    cpus=cpus,
+                )
             )
 
     @staticmethod
-    def _beat(db: sqlite3.Connection, agent: Holder, now: float) -> None:
-        db.execute(
-            "UPDATE agent_slots SET heartbeat_at = ? WHERE host = ? AND pid = ?",
-            (now, agent.host, agent.pid),
-        )
+    def _beat(db: Connection, agent: Holder, now: float) -> None:
+        s = t.agent_slots.c
+        mine = (s.host == agent.host) & (s.pid == agent.pid)
+        db.execute(update(t.agent_slots).where(mine).values(heartbeat_at=now))

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import logging
 import os
-import sqlite3
 import time
 import uuid
 from typing import Any
+
+from sqlalchemy import Connection
 
 from trainer.layout import SweepLayout
 from trainer.sweep.search.suggest.wandb_door import OptimizerSession, TrialView
 from trainer.sweep.spec.custom_method import engine_of
 from trainer.sweep.store.database import TERMINAL, RunRecord, SweepStore
 from trainer.sweep.store.directory import new_id
+from trainer.sweep.store.reconnect import retrying
 from trainer.sweep.store.records import Busy
 from trainer.sweep.store.suggestions import SuggestionQueue
 
@@ -57,6 +59,7 @@ class SchedulerDriver:
         self.queued: dict[int, str] = {}  # suggestion seq -> optimizer id
         self.told: dict[str, tuple[str, int]] = {}  # run id -> (state, epochs) last told
 
+    @retrying
     def step(self, force: bool = False) -> None:
         """Drive the optimizer once if this process holds the lease or may take it."""
         if not force and time.monotonic() - self._last < DRIVE_S:
@@ -91,7 +94,7 @@ class SchedulerDriver:
         self.session, self.generation = None, None
         self._reset()
 
-    def _sync(self, db: sqlite3.Connection) -> None:
+    def _sync(self, db: Connection) -> None:
         runs = [r for r in self.store.runs() if not r.superseded]
         for suggestion in self.queue.queued(db):  # queued by an earlier holder: adopt them
             if suggestion.seq not in self.queued:
@@ -128,7 +131,7 @@ class SchedulerDriver:
         if run.state in TERMINAL:
             del self.tracked[run.id]
 
-    def _prune(self, db: sqlite3.Connection, runs: list[RunRecord]) -> None:
+    def _prune(self, db: Connection, runs: list[RunRecord]) -> None:
         candidates = {
             self.tracked[r.id]: r
             for r in runs
@@ -137,17 +140,15 @@ class SchedulerDriver:
         views = [(i, TrialView(r.id, r.params, r.state, r.history)) for i, r in candidates.items()]
         for optimizer_id in self.session.prune(views):
             run = candidates[optimizer_id]
-            db.execute(
-                "UPDATE runs SET stop_requested = 1 WHERE id = ? AND state = 'running'", (run.id,)
-            )
+            self.store.ask_to_stop(db, run.id)
             self.log.info(
                 "%s prunes run %s after %d epoch(s)", self.engine, run.id, len(run.history)
             )
 
-    def _ask(self, db: sqlite3.Connection, runs: list[RunRecord]) -> None:
+    def _ask(self, db: Connection, runs: list[RunRecord]) -> None:
         """Queue a suggestion for each waiting agent, within run_cap; record the end of the
         search (run_cap reached, search space exhausted, the study's terminator)."""
-        if self.store.get("search_over") is not None:
+        if self.store.get("search_over", db=db) is not None:
             return
         queued = len(self.queue.queued(db))
         cap = self.config.get("run_cap")
@@ -219,7 +220,7 @@ class SchedulerEngine:
                     self.driver.queue.wait(agent_pid, True)
                     waiting = True
                 self.driver.step(force=True)
-                if not self.driver.queue.queued(self.store.connection):
+                if not self.driver.queue.queued():
                     time.sleep(WAIT_S)
             return None
         finally:
