@@ -6,9 +6,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trainer import cpu_share
 from trainer.errors import TrainerError, exit_on_error
+from trainer.layout import SweepLayout
+
+if TYPE_CHECKING:
+    from trainer.sweep.store.database import SweepStore
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -18,6 +23,12 @@ def _parser() -> argparse.ArgumentParser:
         help="id of a local sweep (python -m trainer.sweep ls), or its directory (hydra.sweep.dir)",
     )
     parser.add_argument("--count", type=int, default=None, help="run at most this many trials")
+    parser.add_argument(
+        "--storage",
+        default=None,
+        help="the sweep's database when it is a server (hydra.sweeper.storage), e.g. "
+        "postgresql://user@host:5432/db; password from the URL, PGPASSWORD or ~/.pgpass",
+    )
     parser.add_argument(
         "--root",
         default=None,
@@ -71,11 +82,27 @@ def _devices(text: str | None) -> list[str] | None:
         raise TrainerError(message) from err
 
 
+def _sweep(sweep: str, storage: str | None, root: Path) -> tuple[SweepLayout, SweepStore | None]:
+    """The sweep's directory and, with --storage, its store on that server (a machine that
+    has no directory of the sweep yet gets <root>/sweeps/<id>/ for its runs)."""
+    from trainer.sweep.store.directory import UnknownSweep, find
+    from trainer.sweep.store.opening import open_sweep, recorded
+
+    if storage is None:
+        return find("sweep", sweep, root), None
+    try:
+        layout = find("sweep", sweep, root)
+    except UnknownSweep:
+        layout = SweepLayout.under(root, sweep)
+    sweep_id = (recorded(layout.root) or {}).get("sweep_id") or sweep
+    return layout, open_sweep(storage, sweep_id, layout.root)
+
+
 @exit_on_error
 def main(argv: list[str] | None = None) -> int:
     """The agent."""
     from trainer.sweep.agents.local_agent import LocalAgent
-    from trainer.sweep.store.directory import find, output_root
+    from trainer.sweep.store.directory import output_root
 
     args = _parser().parse_args(argv)
     problem = cpu_share.per_trial_problem(
@@ -85,8 +112,10 @@ def main(argv: list[str] | None = None) -> int:
         raise TrainerError(problem)
     devices = _devices(args.devices)
     root = Path(args.root) if args.root is not None else output_root()
+    layout, store = _sweep(args.sweep, args.storage, root)
     agent = LocalAgent(
-        find("sweep", args.sweep, root),
+        layout,
+        store=store,
         rerun_crashed=args.rerun_crashed,
         max_consecutive_failures=args.max_consecutive_failures,
         cpus_per_trial=args.cpus_per_trial,

@@ -105,6 +105,11 @@ class SweepLayout:
         return self.root / "sweep.db"
 
     @property
+    def storage(self) -> Path:
+        """The sweep's database when it is not sweep.db: its URL (without password), its id."""
+        return self.root / "storage.yaml"
+
+    @property
     def yaml(self) -> Path:
         return self.root / "sweep.yaml"
 
@@ -151,7 +156,7 @@ class SweepLayout:
         return self.root / "params" / f"{run_id}.yaml"
 
     def exists(self) -> bool:
-        return self.db.is_file()
+        return self.db.is_file() or self.storage.is_file()
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from trainer.sweep.search import dispatch
 from trainer.sweep.spec.command import expand
 from trainer.sweep.store.database import RunRecord, SweepStore
 from trainer.sweep.store.directory import sweep_id_of
+from trainer.sweep.store.opening import open_store
 from trainer.sweep.store.records import BUSY
 from trainer.trial_params import trial_env
 
@@ -96,9 +97,12 @@ class LocalAgent:
         max_consecutive_failures: int = 5,
         cpus_per_trial: int | None = None,
         devices: list[str] | None = None,
+        store: SweepStore | None = None,
     ) -> None:
         self.layout = layout
-        self.store = SweepStore(layout.db)
+        # the sweep's store: given (python -m trainer.agent --storage), else the one its
+        # directory keeps or records (trainer.sweep.store.opening)
+        self.store = store if store is not None else open_store(layout.root)
         self.sweep_id = sweep_id_of(self.store, layout)
         self.config: dict = self.store.config
         # claims runs and decides stops: classic (grid, random, bayes, hyperband) or optuna/ax

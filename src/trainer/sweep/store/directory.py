@@ -13,6 +13,7 @@ import yaml
 from trainer.errors import TrainerError
 from trainer.layout import SweepLayout, default_output_root, write_text_atomic
 from trainer.sweep.store.database import SweepStore
+from trainer.sweep.store.opening import open_store
 
 
 class UnknownSweep(TrainerError):
@@ -29,7 +30,7 @@ class UnknownSweep(TrainerError):
         )
         super().__init__(
             f"{key}={value}: no local sweep {value!r} under {sweeps}, nor a sweep directory "
-            f"(one holding sweep.db) at that path; {listing} (list them with python -m "
+            f"(one holding sweep.db or storage.yaml) at that path; {listing} (list them with python -m "
             "trainer.sweep ls). Check the id or the directory, and the output root (--root, or "
             "TRAINER_OUTPUT_DIR / paths.output_dir)."
         )
@@ -62,7 +63,7 @@ def create(root: str | Path, sweep_id: str, directory: str | Path | None) -> Swe
         SweepLayout(Path(directory).resolve()) if directory else SweepLayout.under(root, sweep_id)
     )
     if layout.exists():
-        store = SweepStore(layout.db)
+        store = open_store(layout.root)
         other = sweep_id_of(store, layout)
         store.close()
         raise TrainerError(
@@ -93,7 +94,8 @@ def known(root: str | Path) -> list[tuple[str, SweepLayout]]:
     """(id, layout) of every local sweep under <root>/sweeps/, oldest first, each once."""
     found: dict[Path, str] = {}
     sweeps = SweepLayout.sweeps_dir(root)
-    dbs = sorted(sweeps.glob("*/sweep.db"), key=lambda p: p.stat().st_mtime)
+    found_in = [*sweeps.glob("*/sweep.db"), *sweeps.glob("*/storage.yaml")]
+    dbs = sorted(found_in, key=lambda p: p.stat().st_mtime)
     for db in dbs:
         found.setdefault(db.parent.resolve(), db.parent.name)
     return [(sweep_id, SweepLayout(path)) for path, sweep_id in found.items()]

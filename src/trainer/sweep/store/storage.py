@@ -32,7 +32,7 @@ class StorageError(TrainerError):
 
 def shown(url: str | URL) -> str:
     """The URL as it may be stored or printed: without its password."""
-    return make_url(url).set(password=None).render_as_string(hide_password=False)
+    return make_url(url)._replace(password=None).render_as_string(hide_password=False)
 
 
 def _parse(url: str) -> URL:
@@ -125,7 +125,7 @@ def _postgres_engine(storage: Storage) -> Engine:
             max_overflow=4,
             connect_args={"connect_timeout": CONNECT_TIMEOUT_S},
         )
-    except (ModuleNotFoundError, NoSuchModuleError) as err:
+    except (ImportError, NoSuchModuleError) as err:
         raise StorageError(
             f"hydra.sweeper.storage / --storage: {storage.shown} needs psycopg 3, which is not "
             f"installed ({err}); install the [postgres] extra: {INSTALL}"
@@ -152,8 +152,8 @@ def reason(err: BaseException) -> str:
 def unreachable(storage: Storage, err: DBAPIError) -> StorageError:
     """The error of a server that cannot be reached or refuses the login."""
     return StorageError(
-        f"hydra.sweeper.storage / --storage: cannot use the sweep database {storage.shown}: "
-        f"{reason(err)}. Check that the server runs and is reachable from this machine, the "
+        f"hydra.sweeper.storage / --storage: cannot use the sweep database {storage.shown} "
+        f"(the server says: {reason(err)}). Check that the server runs and is reachable from this machine, the "
         "user and database names, and the password (in the URL, PGPASSWORD or ~/.pgpass); "
         "nothing was launched."
     )

@@ -1,0 +1,87 @@
+"""The one way to open a sweep's store: `open_store(sweep_dir, storage, sweep_id)`. Unset
+storage: the database the sweep directory records (`storage.yaml`: the URL without password and
+the sweep id), else its own SQLite `sweep.db` (warned about on a network filesystem). A URL:
+that PostgreSQL server, the sweep in its own schema there (`sweep_<id>`); the directory records
+it, so that `python -m trainer.agent <dir or id>` finds the database too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from sqlalchemy import inspect
+
+from trainer.errors import TrainerError
+from trainer.layout import SweepLayout, write_text_atomic
+from trainer.sweep.store.database import SweepStore
+from trainer.sweep.store.netfs import warn_if_network
+from trainer.sweep.store.storage import Storage, check, make_engine, schema_of, shown
+
+PREFIX = "sweep_"  # the schema of sweep <id> is sweep_<id> (storage.schema_of)
+
+
+def recorded(sweep_dir: str | Path) -> dict[str, str] | None:
+    """What the sweep directory records of its database ({url, sweep_id}), if it is a server's."""
+    path = SweepLayout(Path(sweep_dir)).storage
+    if not path.is_file():
+        return None
+    found = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(found, dict) or not found.get("url"):
+        raise TrainerError(f"{path}: give url (the sweep's database URL) and sweep_id")
+    return {"url": str(found["url"]), "sweep_id": str(found.get("sweep_id") or "")}
+
+
+def _record(layout: SweepLayout, where: Storage, sweep_id: str) -> None:
+    entry = {"url": where.shown, "sweep_id": sweep_id}
+    if recorded(layout.root) != entry:
+        layout.root.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(layout.storage, yaml.safe_dump(entry, sort_keys=False))
+
+
+def open_store(
+    sweep_dir: str | Path, storage: str | None = None, sweep_id: str | None = None
+) -> SweepStore:
+    """The store of the sweep in `sweep_dir` (see the module's doc). `storage`: None, or a
+    database URL (`postgresql://user[:password]@host:5432/db`; `postgresql://` means psycopg
+    3). `sweep_id` names the sweep's schema on a server (default: the one the directory
+    records, else the directory's name). A server that cannot be reached or refuses the login
+    raises StorageError (exit 2); a missing psycopg too, naming the [postgres] extra."""
+    layout = SweepLayout(Path(sweep_dir))
+    known = recorded(layout.root)
+    url = storage or (known or {}).get("url")
+    if url is None:
+        layout.root.mkdir(parents=True, exist_ok=True)
+        warn_if_network(layout.root)
+        return SweepStore(layout.db)
+    sweep_id = sweep_id or (known or {}).get("sweep_id") or layout.root.name
+    where = Storage.server(url, sweep_id)
+    store = SweepStore(storage=where)
+    if storage is not None and not where.is_sqlite:
+        _record(layout, where, sweep_id)
+    return store
+
+
+def open_sweep(storage: str, sweep_id: str, sweep_dir: str | Path) -> SweepStore:
+    """The store of an existing sweep `sweep_id` on the server of `storage` (an agent or `show`
+    on any machine); TrainerError naming the sweeps there when it holds no such sweep."""
+    names = sweep_ids(storage)
+    if schema_of(sweep_id)[len(PREFIX) :] not in names:
+        listing = ", ".join(names) if names else "none"
+        raise TrainerError(
+            f"--storage {shown(storage)}: no sweep {sweep_id!r} in that database (its sweeps: "
+            f"{listing}; list them with python -m trainer.sweep ls --storage URL)."
+        )
+    return open_store(sweep_dir, storage, sweep_id)
+
+
+def sweep_ids(storage: str) -> list[str]:
+    """The ids of the sweeps kept in the database of `storage`, by their schemas."""
+    where = Storage.server(storage, None)
+    engine = make_engine(where)
+    try:
+        check(engine, where)
+        with engine.connect() as db:
+            schemas = inspect(db).get_schema_names()
+    finally:
+        engine.dispose()
+    return sorted(name[len(PREFIX) :] for name in schemas if name.startswith(PREFIX))

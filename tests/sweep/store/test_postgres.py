@@ -1,0 +1,161 @@
+"""The sweep store on a real PostgreSQL server (tests/sweep/store/conftest.py starts it): each
+run handed out exactly once to agents claiming at the same time, another host's live run never
+marked lost, the server restarting mid-sweep, a sweep resumed by id from another machine, the
+password written nowhere, and clear errors for a server that cannot be reached or refuses."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from trainer.errors import TrainerError
+from trainer.layout import SweepLayout
+from trainer.sweep.agents.liveness import STALE_S
+from trainer.sweep.report import leaderboard
+from trainer.sweep.store.opening import open_store, open_sweep, recorded, sweep_ids
+from trainer.sweep.store.storage import Storage
+
+pytestmark = pytest.mark.slow
+CLAIMER = Path(__file__).with_name("claimer.py")
+CONFIG = {
+    "method": "grid",
+    "metric": {"name": "val/acc", "goal": "maximize"},
+    "parameters": {"i": {"values": [0, 1, 2]}},
+}
+
+
+def _new_sweep(url: str, sweep_dir: Path):
+    sweep_id = "t" + uuid.uuid4().hex[:8]
+    store = open_store(sweep_dir, url, sweep_id)
+    store.set("config", CONFIG)
+    store.set("sweep_id", sweep_id)
+    return sweep_id, store
+
+
+def _claim(store, run_id: str, rerun_crashed: bool = False):
+    return store.claim(
+        lambda runs: ({"i": len(runs)}, None),
+        new_id=lambda: run_id,
+        agent_pid=os.getpid(),
+        rerun_crashed=rerun_crashed,
+    )
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
+def test_eight_agents_claiming_at_once_get_each_run_exactly_once(postgres, tmp_path, backend):
+    url = postgres.url() if backend == "postgresql" else ""
+    sweep_dir = tmp_path / "sweep"
+    sweep_id = "t" + uuid.uuid4().hex[:8]
+    store = open_store(sweep_dir, url or None, sweep_id)
+    argv = [sys.executable, str(CLAIMER), url, str(sweep_dir), sweep_id, "40"]
+    agents = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) for _ in range(8)]
+    outs = [agent.communicate(timeout=300)[0] for agent in agents]
+    assert [agent.returncode for agent in agents] == [0] * 8
+    claimed = [run_id for out in outs for run_id in out.split()]
+    runs = store.runs()
+    assert len(runs) == 40 and sorted(claimed) == sorted(r.id for r in runs)  # each once
+    assert sorted(r.params["i"] for r in runs) == list(range(40))  # no point twice, none lost
+    assert sum(1 for out in outs if out.split()) > 1  # the agents did share the sweep
+
+
+def test_a_live_run_of_another_host_is_never_lost_a_silent_one_is(postgres, tmp_path):
+    _, store = _new_sweep(postgres.url(), tmp_path / "sweep")
+    for run_id in ("live", "lapsed"):
+        _claim(store, run_id)
+    now = time.time()
+    store.update("live", host="node-b", agent_pid=1, heartbeat_at=now)
+    store.update("lapsed", host="node-b", agent_pid=1, heartbeat_at=now - STALE_S - 5)
+    assert store.mark_lost_runs() == ["lapsed"]
+    assert store.run("live").state == "running" and store.run("lapsed").state == "crashed"
+
+
+def test_the_server_restarting_mid_sweep_loses_no_result(postgres, tmp_path):
+    sweep_id, store = _new_sweep(postgres.url(), tmp_path / "sweep")
+    _claim(store, "a")
+    store.add_metrics("a", [{"val/acc": 0.5}], 0)
+    postgres.stop()
+    back = threading.Timer(3.0, postgres.start)
+    back.start()
+    began = time.monotonic()
+    try:
+        store.add_metrics("a", [{"val/acc": 0.9}], 1)  # reported while the server is down
+        store.update("a", state="finished", summary={"val/acc": 0.9})
+    finally:
+        back.join()
+    assert time.monotonic() - began > 2.5  # it did wait for the server
+    fresh = open_store(tmp_path / "elsewhere", postgres.url(), sweep_id)
+    run = fresh.run("a")
+    assert run.state == "finished" and run.history == [{"val/acc": 0.5}, {"val/acc": 0.9}]
+    assert _claim(fresh, "b").id == "b"  # and the sweep goes on
+
+
+def test_a_sweep_resumes_by_id_from_another_machine(postgres, tmp_path):
+    sweep_id, first = _new_sweep(postgres.url(), tmp_path / "host-a")
+    _claim(first, "r1")
+    first.update("r1", state="crashed")
+    first.close()
+    assert sweep_id in sweep_ids(postgres.url())
+    fresh = open_sweep(postgres.url(), sweep_id, tmp_path / "host-b")  # a directory of its own
+    assert [r.id for r in fresh.runs()] == ["r1"] and fresh.config == CONFIG
+    assert _claim(fresh, "r2", rerun_crashed=True).rerun_of == "r1"
+    entry = recorded(tmp_path / "host-b")
+    assert entry == {"url": Storage.server(postgres.url(), None).shown, "sweep_id": sweep_id}
+    again = open_store(tmp_path / "host-b")  # by the directory alone, as the agents it starts
+    assert [r.id for r in again.runs()] == ["r1", "r2"]
+    with pytest.raises(TrainerError, match="no sweep 'nosuch'"):
+        open_sweep(postgres.url(), "nosuch", tmp_path / "host-c")
+
+
+def _texts(folder: Path):
+    for path in folder.rglob("*"):
+        if path.is_file():
+            yield path, path.read_bytes().decode(errors="replace")
+
+
+def test_the_password_is_written_nowhere(postgres, tmp_path):
+    from tests.sweep.store.conftest import PASSWORD
+
+    url = postgres.url()
+    sweep_dir = tmp_path / "outputs" / "sweeps" / "s"
+    sweep_id, store = _new_sweep(url, sweep_dir)
+    run = _claim(store, "a")
+    store.update(run.id, state="finished", summary={"val/acc": 0.5})
+    leaderboard.write(store, sweep_id, SweepLayout(sweep_dir))
+    cli = [sys.executable, "-m", "trainer.sweep", "--root", str(tmp_path / "outputs")]
+    shows = [
+        subprocess.run([*cli, *args], capture_output=True, text=True, timeout=120)
+        for args in (["--storage", url, "ls"], ["--storage", url, "show", sweep_id], ["ls"])
+    ]
+    assert [s.returncode for s in shows] == [0, 0, 0], [s.stderr for s in shows]
+    assert sweep_id in shows[0].stdout
+    assert all(PASSWORD not in s.stdout + s.stderr for s in shows)
+    written = dict(_texts(tmp_path))
+    assert SweepLayout(sweep_dir).storage in written and SweepLayout(sweep_dir).results in written
+    assert [p for p, text in written.items() if PASSWORD in text] == []
+
+
+def _agent(tmp_path: Path, url: str) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "trainer.agent", "X", "--storage", url, "--root", str(tmp_path)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+
+def test_an_unreachable_server_is_a_clear_error_before_anything_runs(tmp_path):
+    agent = _agent(tmp_path, "postgresql://nobody:secret-pw@127.0.0.1:1/db")
+    assert agent.returncode == 2, agent.stderr
+    assert agent.stderr.startswith("error: ") and "Traceback" not in agent.stderr
+    assert "postgresql+psycopg://nobody@127.0.0.1:1/db" in agent.stderr
+    assert "refused" in agent.stderr and "secret-pw" not in agent.stderr
+    assert not (tmp_path / "sweeps").exists()  # nothing launched, nothing written
+
+
+def test_a_refused_login_is_a_clear_error(postgres, tmp_path):
+    agent = _agent(tmp_path, postgres.url(user="nobody"))
+    assert agent.returncode == 2, agent.stderr
+    assert 'role "nobody" does not exist' in agent.stderr and "Traceback" not in agent.stderr
