@@ -38,7 +38,7 @@ def test_a_batch_job_runs_on_the_cluster_and_sacct_shows_it(slurm_cluster, tmp_p
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,  # behind whatever else the node runs
     )
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip().split(";")[0]
