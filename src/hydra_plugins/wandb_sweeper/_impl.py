@@ -16,6 +16,7 @@ from trainer.config import ConfigError, flatten
 from trainer.errors import TrainerError, exit_on_error
 from trainer.layout import SweepLayout, conf_dir, default_output_root
 from trainer.sweep.agents import gpu_slots
+from trainer.sweep.agents.launched import BASIC, LauncherJobs, launcher_name, launcher_problem
 from trainer.sweep.agents.outcome import agent_failure
 from trainer.sweep.spec.command import config_arguments, fixed_overrides
 from trainer.sweep.spec.custom_checks import check as scheduler_check
@@ -81,6 +82,17 @@ def user_sweep_dir(config: DictConfig) -> Path | None:
     if on_command_line or _raw_sweep_dir(config) not in defaults:
         return Path(config.hydra.sweep.dir).resolve()
     return None
+
+
+def _launcher_target(config: DictConfig) -> str | None:
+    """The class hydra/launcher instantiates (None: no launcher configured)."""
+    return OmegaConf.select(config, "hydra.launcher._target_", default=None)
+
+
+def agent_jobs(config: DictConfig, hydra_context: HydraContext) -> LauncherJobs | None:
+    """The agents as jobs of the user's Hydra launcher; None for basic (local processes)."""
+    name = launcher_name(_launcher_target(config))
+    return None if name in (BASIC, None) else LauncherJobs(hydra_context, config, name)
 
 
 def runner_problems(options: dict[str, Any]) -> list[str]:
@@ -195,6 +207,7 @@ def prepare(
     problems = [
         *spelling_problems(options),
         *runner_problems(options),
+        *([launcher] if (launcher := launcher_problem(_launcher_target(config))) else []),
         *device_problems,
         *engine.problems,
         *trial,
@@ -229,6 +242,7 @@ def _run_server(options: dict[str, Any], config: DictConfig, root: Path) -> dict
             cpus_per_trial=options["cpus_per_trial"],
             devices=options["device_plan"],
             before_agents=options.get("before_agents"),
+            start_agents=options.get("start_agents"),
         )
     except ServerUnavailable as err:  # nothing was started, but the sweep could not run
         raise TrainerError(str(err), exit_code=1) from err
@@ -261,6 +275,7 @@ def _run_local(options: dict[str, Any], config: DictConfig, root: Path) -> dict[
         cpus_per_trial=options["cpus_per_trial"],
         devices=options["device_plan"],
         before_agents=options.get("before_agents"),
+        start_agents=options.get("start_agents"),
     )
 
 
@@ -283,6 +298,7 @@ def sweep(
     if options["dry_run"]:
         return dry_run(options["sweep_config"], Path(config.hydra.sweep.dir).resolve())
     options["before_agents"] = prewarm_hook(options, config, hydra_context)
+    options["start_agents"] = agent_jobs(config, hydra_context)
     backend = _run_server if options["backend"] == "wandb" else _run_local
     result = backend(options, config, root)
     failure = agent_failure(result)

@@ -15,6 +15,7 @@ from trainer import cpu_share
 from trainer.errors import TrainerError
 from trainer.layout import SweepLayout
 from trainer.sweep.agents.gpu_slots import DevicePlan
+from trainer.sweep.agents.launched import JOB_DIR, AgentJob, StartAgents, env_added
 from trainer.sweep.agents.outcome import INTERRUPT_CODES
 from trainer.sweep.report import leaderboard
 from trainer.sweep.search import dispatch
@@ -97,6 +98,15 @@ def agent_env(root: Path, slot: int, slots: int, cpus_per_trial: int | None) -> 
     }
 
 
+def _run_processes(argv: list[str], envs: list[dict[str, str]]) -> list[int]:
+    """One local agent process per environment; their exit codes once all have ended."""
+    procs = [subprocess.Popen(argv, env=env) for env in envs]
+    try:
+        return [p.wait() for p in procs]
+    except KeyboardInterrupt:  # Ctrl-C reached the agents too: each stops and records its trial
+        return [p.wait() for p in procs]
+
+
 def run_sweep(
     config: dict,
     *,
@@ -110,12 +120,14 @@ def run_sweep(
     cpus_per_trial: int | None = None,
     devices: DevicePlan | None = None,
     before_agents: Callable[[SweepLayout], None] | None = None,
+    start_agents: StartAgents | None = None,
 ) -> dict:
     """Create (sweep_id None) or reopen (sweep_id given) the local sweep in `directory` (the
     user's hydra.sweep.dir) or <root>/sweeps/<sweep_id>/, run `agents` local agent processes
     (each at most `count` trials; trials get GPUs from `devices`) until the sweep ends, print
     the leaderboard, write results.json and best.yaml, and return the results dict.
-    `before_agents(layout)` runs first (hydra.sweeper.prewarm)."""
+    `before_agents(layout)` runs first (hydra.sweeper.prewarm). `start_agents` runs the
+    agents as jobs of the user's Hydra launcher (None: local processes)."""
     root = Path(root).resolve()
     directory = Path(directory).resolve() if directory is not None else None
     if sweep_id is None:
@@ -131,11 +143,12 @@ def run_sweep(
         before_agents(layout)
     argv = _agent_argv(layout, count, rerun_crashed, max_consecutive_failures)
     n = max(agents, 1)  # agent i of n takes slot i of the CPUs (trainer.sweep.agents.cpu_slots)
-    procs = [subprocess.Popen(argv, env=agent_env(root, i, n, cpus_per_trial)) for i in range(n)]
-    try:
-        codes = [p.wait() for p in procs]
-    except KeyboardInterrupt:  # Ctrl-C reached the agents too: each stops and records its trial
-        codes = [p.wait() for p in procs]
+    envs = [agent_env(root, i, n, cpus_per_trial) for i in range(n)]
+    if start_agents is not None:
+        jobs = [AgentJob(argv, env_added(env), os.getcwd()) for env in envs]
+        codes = start_agents(jobs, layout.root / JOB_DIR)
+    else:
+        codes = _run_processes(argv, envs)
     interrupted = [c for c in codes if c in INTERRUPT_CODES]
     gave_up = any(code != 0 and code not in INTERRUPT_CODES for code in codes)
     running = [r for r in store.runs() if r.state == "running"]

@@ -19,6 +19,7 @@ from trainer import cpu_share
 from trainer.layout import SweepLayout
 from trainer.sweep.agents import gpu_slots
 from trainer.sweep.agents.gpu_slots import DevicePlan
+from trainer.sweep.agents.launched import JOB_DIR, AgentJob, StartAgents, env_added
 from trainer.sweep.store.directory import write_sweep_yaml
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"
@@ -131,24 +132,32 @@ def _stop_scheduler(process: subprocess.Popen) -> int:
     return process.wait()
 
 
-def _start_agents(
+def _run_agents(
     path: str,
     count: int | None,
     agents: int,
     env: dict[str, str],
     cpus_per_trial: int | None,
     slots: list[list[str]],
-) -> list[subprocess.Popen]:
-    """`agents` wandb agent processes, each on its CPU share and (with devices) its slot's GPUs."""
-    processes = []
+    start_agents: StartAgents | None = None,
+    where: Path | None = None,
+) -> list[int]:
+    """`agents` wandb agent processes, each on its CPU share and (with devices) its slot's GPUs,
+    or as jobs of the user's Hydra launcher (`start_agents`, their job dirs under `where`);
+    their exit codes once all have ended."""
     shares = cpu_share.plan_shares(cpu_share.process_limits(), agents, cpus_per_trial)[:agents]
-    for i, share in enumerate(shares):
-        gpus = gpu_slots.trial_env(slots[i % len(slots)] if slots else None)
+    envs = [
+        {**env, **share.env(), **gpu_slots.trial_env(slots[i % len(slots)] if slots else None)}
+        for i, share in enumerate(shares)
+    ]
+    argv = agent_command(path, count)
+    if start_agents is not None and where is not None:
+        return start_agents([AgentJob(argv, env_added(e), os.getcwd()) for e in envs], where)
+    processes = []
+    for share, agent_env in zip(shares, envs, strict=True):
         with cpu_share.inherited_affinity(share.cores):  # its trials inherit the cores and env
-            processes.append(
-                subprocess.Popen(agent_command(path, count), env={**env, **share.env(), **gpus})
-            )
-    return processes
+            processes.append(subprocess.Popen(argv, env=agent_env))
+    return [p.wait() for p in processes]
 
 
 def _announce(sweep_id: str, path: str, slots: list[list[str]]) -> None:
@@ -191,9 +200,11 @@ def run_server_sweep(
     cpus_per_trial: int | None = None,
     devices: DevicePlan | None = None,
     before_agents: Callable[[SweepLayout], None] | None = None,
+    start_agents: StartAgents | None = None,
 ) -> dict[str, Any]:
     """Create the sweep (or join `sweep_id`), print the agent line, run `agents` agents (None:
-    one per device slot), each on its slot's GPUs, and wait. A new sweep's sweep.yaml goes into
+    one per device slot), each on its slot's GPUs (or as jobs of the user's Hydra launcher:
+    `start_agents`), and wait. A new sweep's sweep.yaml goes into
     `directory` (hydra.sweep.dir) or <root>/sweeps/<id>/; `before_agents(layout)` runs before
     any agent starts (hydra.sweeper.prewarm)."""
     preflight()
@@ -216,7 +227,8 @@ def run_server_sweep(
     # logger.mode says (the environment wins over it).
     env = {**os.environ, "WANDB_MODE": "online"}
     scheduler = _maybe_scheduler(config, path, agents, created, env)
-    codes = [p.wait() for p in _start_agents(path, count, agents, env, cpus_per_trial, slots)]
+    where = layout.root / JOB_DIR
+    codes = _run_agents(path, count, agents, env, cpus_per_trial, slots, start_agents, where)
     result = {"sweep_id": sweep_id, "backend": "wandb", "path": path, "agent_exit_codes": codes}
     if scheduler is not None:
         result["scheduler_exit_code"] = _stop_scheduler(scheduler)
