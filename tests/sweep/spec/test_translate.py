@@ -352,7 +352,12 @@ def test_grid_run_count_matches_the_engines_enumeration(parameters):
             ],
             "mine",
             ["hydra/sweeper=wandb", "hydra.searchpath=[file:///x]", "hydra.verbose=true"],
-            ["--config-dir=/u/conf", "--config-name=mine", "hydra.searchpath=[file:///x]"],
+            [
+                "--config-dir=/u/conf",
+                "--config-name=mine",
+                "hydra.searchpath=[file:///x]",
+                "hydra.verbose=true",
+            ],
         ),
         (
             [{"provider": "main", "schema": "file", "path": "/elsewhere/conf"}],
@@ -367,6 +372,81 @@ def test_config_arguments_carry_the_users_configuration(sources, name, hydra_ove
 
     got = config_arguments(sources, name, hydra_overrides, default_conf="/repo/conf")
     assert got == expected
+
+
+# The command line's Hydra settings: each reaches every trial, in order and as typed, but
+# the sweep's own (its sweeper, launcher, mode, sweep dir; the run dir, which the agent sets).
+TYPED_HYDRA = [
+    "hydra/sweeper=wandb",
+    "hydra/job_logging=disabled",
+    "hydra.sweeper.run_cap=2",
+    "+hydra.callbacks.mark._target_=marks.Mark",
+    "hydra.launcher.n_jobs=2",
+    "hydra.mode=MULTIRUN",
+    "hydra.job.chdir=true",
+    "hydra.sweep.dir=/s",
+    "++hydra.sweeper.agents=2",
+    "hydra.run.dir=/r",
+    "hydra.output_subdir=null",
+    "~hydra.sweep.subdir",
+    "+hydra.job.env_set.FOO='a, b'",
+    "hydra/launcher@hydra.launcher=basic",
+    "+hydra/sweeper/sampler=tpe",
+    "~hydra/hydra_logging",
+    "hydra.sweeper_notes=x",
+    "hydra.runtime_x=1",
+    "hydra.searchpath=[file:///x]",
+]
+REACH_TRIALS = [
+    "hydra/job_logging=disabled",
+    "+hydra.callbacks.mark._target_=marks.Mark",
+    "hydra.job.chdir=true",
+    "hydra.output_subdir=null",
+    "+hydra.job.env_set.FOO='a, b'",
+    "~hydra/hydra_logging",
+    "hydra.sweeper_notes=x",  # not under hydra.sweeper
+    "hydra.runtime_x=1",
+    "hydra.searchpath=[file:///x]",
+]
+
+
+def test_the_command_lines_hydra_settings_reach_trials_but_the_sweeps_own():
+    from omegaconf import OmegaConf
+
+    from trainer.sweep.spec.command import config_arguments, trial_hydra_overrides
+
+    assert trial_hydra_overrides(TYPED_HYDRA) == REACH_TRIALS
+    sources = [{"provider": "main", "schema": "file", "path": "/repo/conf"}]
+    got = config_arguments(sources, "train", TYPED_HYDRA, default_conf="/repo/conf")
+    assert got == REACH_TRIALS
+    # hydra.overrides.hydra itself: read as typed, `${...}` left for the trial to resolve
+    typed = OmegaConf.create(["hydra.job.name=${now:%H}", "hydra.mode=MULTIRUN"])
+    assert trial_hydra_overrides(typed) == ["hydra.job.name=${now:%H}"]
+
+
+def test_hydra_settings_reach_the_trial_argv_unchanged_through_sweep_yaml(tmp_path):
+    import yaml
+
+    from trainer.sweep.spec.command import expand, fixed_overrides, trial_hydra_overrides
+
+    config = build_sweep_config(
+        {"method": "grid"}, ["a=1,2", "b=x"], trial_hydra_overrides(TYPED_HYDRA)
+    )
+    assert fixed_overrides(config) == [*REACH_TRIALS, "b=x", "hydra.mode=RUN"]
+    config = yaml.safe_load(yaml.safe_dump(config))  # sweep.yaml, read by `wandb agent`
+    argv = expand(config, {"a": 1}, tmp_path)
+    assert argv[argv.index("trainer") + 1 :] == [
+        *REACH_TRIALS, "a=1", "b=x", "hydra.mode=RUN", f"hydra.run.dir={tmp_path}",
+    ]  # fmt: skip
+    # one argv item each, no shell: the trial's Hydra reads the value the sweep's read
+    env_set = OverridesParser.create().parse_override("+hydra.job.env_set.FOO='a, b'")
+    assert env_set.value() == "a, b" and not env_set.is_sweep_override()
+    # and the first trial composes with them in, as the sweep's checks compose it
+    from tests.conftest import make_cfg
+
+    trial = make_cfg(*REACH_TRIALS[:5], "hydra.mode=RUN")  # the ones of Hydra's schema
+    assert trial.hydra.runtime.choices["hydra/job_logging"] == "disabled"
+    assert trial.hydra.job.env_set.FOO == "a, b" and trial.hydra.output_subdir is None
 
 
 def test_fixed_overrides_are_every_argument_after_the_entry_point():

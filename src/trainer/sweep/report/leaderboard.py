@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import textwrap
 from typing import TYPE_CHECKING, Any
 
@@ -124,21 +125,22 @@ def best_overrides(config: dict, best: dict | None) -> list[str]:
 
 
 def _best_text(config: dict, sweep_id: str, res: dict[str, Any]) -> str:
-    """best.yaml: the overrides of the best run (its command on the first line), or with
-    `metrics` those of every Pareto-optimal run, keyed by run id (one command line each)."""
+    """best.yaml: the overrides of the best run (its command on the first line, quoted for a
+    shell), or with `metrics` those of every Pareto-optimal run, keyed by run id (one command
+    line each)."""
     front = res.get("pareto_front")
     if front is None:
         overrides = best_overrides(config, res["best"])
         if not overrides:
             return f"# Sweep {sweep_id} has no finished run with a metric yet.\n"
-        header = f"# Best run of sweep {sweep_id}: python -m trainer " + " ".join(overrides)
+        header = f"# Best run of sweep {sweep_id}: python -m trainer " + shlex.join(overrides)
         return header + "\n" + yaml.safe_dump(overrides, sort_keys=False)
     if not front:
         return f"# Sweep {sweep_id} has no finished run with every objective yet.\n"
     names = ", ".join(m["name"] for m in res["metrics"])
     doc = {e["id"]: best_overrides(config, e) for e in front}
     lines = [f"# The {len(front)} Pareto-optimal run(s) of sweep {sweep_id} ({names}):"]
-    lines += [f"# {key}: python -m trainer " + " ".join(ov) for key, ov in doc.items()]
+    lines += [f"# {key}: python -m trainer " + shlex.join(ov) for key, ov in doc.items()]
     return "\n".join(lines) + "\n" + yaml.safe_dump(doc, sort_keys=False)
 
 

@@ -41,6 +41,40 @@ def template(
     ]
 
 
+# The command line's Hydra settings that are the sweep's own, not a trial's: the sweep (its
+# sweeper, launcher, mode and sweep dir) and the run dir, which the agent sets for each trial.
+SWEEP_OWN_KEYS = ("hydra.sweeper", "hydra.launcher", "hydra.sweep", "hydra.mode", "hydra.run")
+SWEEP_OWN_GROUPS = ("hydra/sweeper", "hydra/launcher")
+
+
+def _override_target(override: str) -> str:
+    """The key or config group a command-line override sets: `+hydra.a.b=1` -> hydra.a.b,
+    `~hydra.a` -> hydra.a, `hydra/sweeper@hydra.sweeper=wandb` -> hydra/sweeper."""
+    return override.split("=", 1)[0].lstrip("+~").split("@", 1)[0].strip()
+
+
+def is_sweep_own(override: str) -> bool:
+    """Whether a Hydra override of the sweep's command line stays the sweep's (hydra.sweeper.*,
+    hydra.launcher.*, hydra.sweep.*, hydra.mode, hydra.run.*, hydra/sweeper=, hydra/launcher=)
+    instead of reaching every trial."""
+    target = _override_target(override)
+    return any(target == k or target.startswith(f"{k}.") for k in SWEEP_OWN_KEYS) or any(
+        target == g or target.startswith(f"{g}/") for g in SWEEP_OWN_GROUPS
+    )
+
+
+def trial_hydra_overrides(hydra_overrides: Iterable[str]) -> list[str]:
+    """The command line's Hydra overrides every trial gets, in their order and as typed (each
+    one argv item, no shell on the way: a trial's Hydra parses it as the sweep's did), all but
+    the sweep's own. A ListConfig (hydra.overrides.hydra itself) is read unresolved, as Hydra's
+    own sweeps pass it on: `${...}` is resolved in the trial."""
+    from omegaconf import OmegaConf
+
+    if OmegaConf.is_config(hydra_overrides):
+        hydra_overrides = OmegaConf.to_container(hydra_overrides, resolve=False)
+    return [str(o) for o in hydra_overrides if not is_sweep_own(str(o))]
+
+
 def config_arguments(
     sources: Iterable[Mapping[str, Any]],
     config_name: str | None,
@@ -51,8 +85,9 @@ def config_arguments(
 ) -> list[str]:
     """What a trial needs to compose the sweep's own configuration: `--config-path` when the
     primary config dir is not `default_conf`, `--config-dir` for each added dir, `--config-name`
-    when it is not `default_name`, and the command line's `hydra.searchpath`. `sources` are
-    hydra.runtime.config_sources, `hydra_overrides` hydra.overrides.hydra."""
+    when it is not `default_name`, and the command line's Hydra settings but the sweep's own
+    (trial_hydra_overrides: hydra.searchpath, hydra/job_logging=..., hydra.job.chdir=...).
+    `sources` are hydra.runtime.config_sources, `hydra_overrides` hydra.overrides.hydra."""
     args: list[str] = []
     for source in sources:
         if source.get("schema") != "file":
@@ -67,8 +102,7 @@ def config_arguments(
             args.append(f"--config-dir={Path(path).resolve()}")
     if config_name and config_name != default_name:
         args.append(f"--config-name={config_name}")
-    args += [o for o in hydra_overrides if o.split("=", 1)[0] == "hydra.searchpath"]
-    return args
+    return args + trial_hydra_overrides(hydra_overrides)
 
 
 def expand(config: Mapping[str, Any], params: Mapping[str, Any], run_dir: Path) -> list[str]:
