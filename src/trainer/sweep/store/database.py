@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 TERMINAL = ("finished", "failed", "crashed", "stopped", "pruned")
 JSON_COLUMNS = ("params", "search_info", "summary", "devices")
+UNSET = ("seq", "history", "summary", "stop_requested", "superseded")  # a new run: defaults
 
 
 class SweepStore:
@@ -71,11 +72,13 @@ class SweepStore:
         self.engine.dispose()
 
     @contextmanager
-    def transaction(self) -> Iterator[Connection]:
+    def transaction(self, serialize: bool = True) -> Iterator[Connection]:
         """A writer's transaction, exclusive among the sweep's writers (SQLite: BEGIN
-        IMMEDIATE; PostgreSQL: the sweep's advisory lock)."""
+        IMMEDIATE; PostgreSQL: the sweep's advisory lock). `serialize=False`, for writes of
+        given values to given rows that read nothing first: on PostgreSQL no sweep lock (its
+        row locks suffice), so they never queue behind a hand-out."""
         with self.engine.begin() as db:
-            if not self.storage.is_sqlite:
+            if serialize and not self.storage.is_sqlite:
                 db.execute(select(func.pg_advisory_xact_lock(self.storage.lock_key)))
             yield db
 
@@ -177,12 +180,9 @@ class SweepStore:
         with self.transaction() as db:
             self.claiming = db
             try:
-                run_id = self._hand_out(db, propose, new_id, agent, pool, rerun_crashed)
+                return self._hand_out(db, propose, new_id, agent, pool, rerun_crashed)
             finally:
                 self.claiming = None
-            if not isinstance(run_id, str):
-                return run_id
-            return self._rows(db, t.runs.c.id == run_id)[0]
 
     def _hand_out(
         self,
@@ -192,8 +192,8 @@ class SweepStore:
         agent: Holder,
         pool: DevicePool | None,
         rerun_crashed: bool,
-    ) -> str | None | Busy:
-        """Inside the claim's transaction: the id of the run handed out (None, BUSY)."""
+    ) -> RunRecord | None | Busy:
+        """Inside the claim's transaction: the run handed out (None, BUSY)."""
         runs = self._rows(db)
         self._beat(db, agent, time.time())  # its CPU slot, if it holds one, stays its own
         if pool is not None and not pool.available(runs):
@@ -205,7 +205,7 @@ class SweepStore:
             fields.update(pid=None, exit_code=None, ended_at=None, log_tail=None)
             fields.update(heartbeat_at=time.time(), host=agent.host, devices=to_json(devices))
             db.execute(update(t.runs).where(t.runs.c.id == crashed.id).values(**fields))
-            return crashed.id
+            return self._rows(db, t.runs.c.id == crashed.id)[0]
         if crashed is not None:
             db.execute(update(t.runs).where(t.runs.c.id == crashed.id).values(superseded=1))
             params, info = crashed.params, None
@@ -215,9 +215,8 @@ class SweepStore:
                 return None
             params, info = proposal
         devices = pool.choose(runs, params) if pool is not None else None
-        run_id = new_id()
-        self._insert(db, run_id, params, info, agent, crashed.id if crashed else None, devices)
-        return run_id
+        rerun_of = crashed.id if crashed else None
+        return self._insert(db, new_id(), params, info, agent, rerun_of, devices)
 
     @staticmethod
     def _insert(
@@ -228,25 +227,30 @@ class SweepStore:
         agent: Holder,
         rerun_of: str | None,
         devices: list[str] | None,
-    ) -> None:
-        """A new running run of `agent`, holding `devices`."""
+    ) -> RunRecord:
+        """A new running run of `agent`, holding `devices` (its record, read from no row)."""
         now = time.time()
-        db.execute(
-            t.runs.insert().values(
-                id=run_id,
-                state="running",
-                params=json.dumps(params),
-                search_info=to_json(info),
-                agent_pid=agent.pid,
-                rerun_of=rerun_of,
-                created_at=now,
-                started_at=now,
-                heartbeat_at=now,
-                host=agent.host,
-                devices=to_json(devices),
-                agent_started=agent.started,
-            )
+        record = RunRecord(
+            id=run_id,
+            seq=0,
+            state="running",
+            params=params,
+            search_info=info,
+            agent_pid=agent.pid,
+            rerun_of=rerun_of,
+            created_at=now,
+            started_at=now,
+            heartbeat_at=now,
+            host=agent.host,
+            devices=devices,
+            agent_started=agent.started,
         )
+        row = {k: v for k, v in vars(record).items() if k not in UNSET}
+        for key in ("params", "search_info", "devices"):  # as a reader gets them back
+            row[key] = to_json(row[key])
+            setattr(record, key, None if row[key] is None else json.loads(row[key]))
+        record.seq = db.execute(t.runs.insert().values(**row)).inserted_primary_key[0]
+        return record
 
     @staticmethod
     def _crashed_to_rerun(runs: list[RunRecord]) -> RunRecord | None:
@@ -260,13 +264,13 @@ class SweepStore:
         if not fields:
             return
         values = {k: json.dumps(v) if k in JSON_COLUMNS else v for k, v in fields.items()}
-        with self.transaction() as db:
+        with self.transaction(serialize=False) as db:
             db.execute(update(t.runs).where(t.runs.c.id == run_id).values(**values))
 
     @retrying
     def add_metrics(self, run_id: str, rows: list[dict[str, Any]], first_step: int) -> None:
         """Append per-epoch metric rows (step = epoch index) and refresh the heartbeat."""
-        with self.transaction() as db:
+        with self.transaction(serialize=False) as db:
             for i, row in enumerate(rows):
                 values = {"run_id": run_id, "step": first_step + i, "data": json.dumps(row)}
                 t.upsert(db, t.metrics, values, ("run_id", "step"))
@@ -278,13 +282,13 @@ class SweepStore:
         now = time.time()
         slot = tuple_(t.agent_slots.c.host, t.agent_slots.c.pid)
         agent = select(t.runs.c.host, t.runs.c.agent_pid).where(t.runs.c.id == run_id)
-        with self.transaction() as db:
+        with self.transaction(serialize=False) as db:
             db.execute(update(t.runs).where(t.runs.c.id == run_id).values(heartbeat_at=now))
             db.execute(update(t.agent_slots).where(slot.in_(agent)).values(heartbeat_at=now))
 
     @retrying
     def request_stop(self, run_ids: list[str]) -> None:
-        with self.transaction() as db:
+        with self.transaction(serialize=False) as db:
             for run_id in run_ids:
                 self.ask_to_stop(db, run_id)
 
