@@ -231,6 +231,26 @@ COMMANDS: dict[str, Run | NotRun] = {
         "nine whole sweeps, minutes each; tests/benchmarks/test_sweep_engines.py checks its sweeps' "
         "commands and its summary"
     ),
+    "python -m benchmarks.sweep_store": NotRun(
+        "starts a PostgreSQL server and 42 agent processes, minutes; the hand-out it times: "
+        "tests/sweep/store/test_postgres.py::"
+        "test_eight_agents_claiming_at_once_get_each_run_exactly_once"
+    ),
+    'pip install -e ".[postgres]"': NotRun("installs from a package index (network)"),
+    "python -m trainer sweep=lr_bayes "
+    "hydra.sweeper.storage=postgresql://sweeper@db.example:5432/sweeps": NotRun(
+        "needs a PostgreSQL server at db.example; the store on a real server: "
+        "tests/sweep/store/test_postgres.py::test_a_sweep_resumes_by_id_from_another_machine"
+    ),
+    "python -m trainer.agent SWEEP_ID --storage postgresql://sweeper@db.example:5432/sweeps": NotRun(
+        "needs a PostgreSQL server at db.example; an unreachable one's error: "
+        "tests/sweep/store/test_postgres.py::"
+        "test_an_unreachable_server_is_a_clear_error_before_anything_runs"
+    ),
+    "python -m trainer.sweep --storage postgresql://sweeper@db.example:5432/sweeps ls": NotRun(
+        "needs a PostgreSQL server at db.example; ls on a real one: "
+        "tests/sweep/store/test_postgres.py::test_the_password_is_written_nowhere"
+    ),
     "python -m benchmarks.compile_cache": NotRun(
         "cold Inductor compiles of resnet18 in fresh processes, minutes per round; the bundle it "
         "times: tests/cache/test_cache_runs.py::test_bundle_round_trip_and_an_incompatible_bundle"
