@@ -53,12 +53,13 @@ def config_groups(config: DictConfig, hydra_context: HydraContext) -> dict[str, 
 
 
 def trial_config_args(config: DictConfig) -> list[str]:
-    """The user's --config-dir/--config-path/--config-name/hydra.searchpath, for every trial."""
+    """The user's --config-dir/--config-path/--config-name and the command line's Hydra
+    settings (unresolved, as the basic sweeper passes them), for every trial."""
     hydra = config.hydra
     return config_arguments(
         OmegaConf.to_container(hydra.runtime.config_sources, resolve=True),
         hydra.job.config_name,
-        list(hydra.overrides.hydra),
+        hydra.overrides.hydra,
         default_conf=conf_dir(),
     )
 

@@ -176,20 +176,20 @@ def test_wandb_agents_started_here_get_the_same_shares(tmp_path, monkeypatch):
     report = (
         "import json, os, sys; json.dump({'budget': os.environ['TRAINER_CPU_BUDGET'], "
         "'omp': os.environ['OMP_NUM_THREADS'], 'cores': sorted(os.sched_getaffinity(0))}, "
-        "open(sys.argv[1], 'w'))"
+        "open(os.path.join(sys.argv[1], f'agent{os.getpid()}.json'), 'w'))"
     )
-    paths = iter(tmp_path / f"agent{i}.json" for i in range(2))
     monkeypatch.setattr(
         backend_wandb,
         "agent_command",
-        lambda path, count: [sys.executable, "-c", report, str(next(paths))],
+        lambda path, count: [sys.executable, "-c", report, str(tmp_path)],
     )
     result = backend_wandb.run_server_sweep(
         {"method": "random"}, project="p", entity="e", sweep_id=None, agents=2, count=None,
         root=tmp_path,
     )  # fmt: skip
     assert result["agent_exit_codes"] == [0, 0]
-    got = [json.loads((tmp_path / f"agent{i}.json").read_text()) for i in range(2)]
+    got = [json.loads(p.read_text()) for p in tmp_path.glob("agent*.json")]
+    assert len(got) == 2
     expected = max(1, cpu_share.process_limits().count // 2)
     assert all(g["budget"] == g["omp"] == str(expected) for g in got)
     assert all(len(g["cores"]) == expected for g in got)
