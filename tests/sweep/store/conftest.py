@@ -71,9 +71,9 @@ def postgres():
         yield running
     finally:
         with _quiet():
+            server.cleanup()
             if (pgdata / "postmaster.pid").exists():  # started again by a test: not pgserver's
                 running.stop()
-            server.cleanup()
         shutil.rmtree(pgdata, ignore_errors=True)
 
 

@@ -159,3 +159,38 @@ def test_a_refused_login_is_a_clear_error(postgres, tmp_path):
     agent = _agent(tmp_path, postgres.url(user="nobody"))
     assert agent.returncode == 2, agent.stderr
     assert 'role "nobody" does not exist' in agent.stderr and "Traceback" not in agent.stderr
+
+
+def test_agents_of_two_machines_share_one_sweep_on_the_server(postgres, tmp_path):
+    """`python -m trainer.agent ID --storage URL` on "two machines" (output roots of their own):
+    real trials, each grid point once, metrics and ends recorded in the server, the password in
+    no file either machine wrote."""
+    from tests.sweep.store.conftest import PASSWORD
+    from tests.sweep_commands import TRIAL
+
+    config = {
+        **CONFIG,
+        "parameters": {"trainer.seed": {"values": [0, 1, 2, 3]}},
+        "command": [*TRIAL, "trainer.max_epochs=1", "trainer.max_steps=2"],
+    }
+    sweep_id = "t" + uuid.uuid4().hex[:8]
+    store = open_store(tmp_path / "a" / "sweeps" / sweep_id, postgres.url(), sweep_id)
+    store.set("config", config)
+    store.set("sweep_id", sweep_id)
+    agents = [
+        subprocess.Popen(
+            [sys.executable, "-m", "trainer.agent", sweep_id, "--storage", postgres.url()]
+            + ["--root", str(tmp_path / host), "--no-report"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for host in ("a", "b")
+    ]
+    outs = [agent.communicate(timeout=600)[0] for agent in agents]
+    assert [agent.returncode for agent in agents] == [0, 0], outs
+    runs = store.runs()
+    assert sorted(r.params["trainer.seed"] for r in runs) == [0, 1, 2, 3]
+    assert all(r.state == "finished" and r.history for r in runs)
+    assert {Path(r.run_dir).parents[3].name for r in runs} <= {"a", "b"}  # <root>/sweeps/<id>/runs
+    assert [p for p, text in _texts(tmp_path) if PASSWORD in text] == []
