@@ -6,6 +6,7 @@ password written nowhere, and clear errors for a server that cannot be reached o
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -17,7 +18,7 @@ import pytest
 
 from trainer.errors import TrainerError
 from trainer.layout import SweepLayout
-from trainer.sweep.agents.liveness import STALE_S
+from trainer.sweep.agents.liveness import STALE_S, this_host
 from trainer.sweep.report import leaderboard
 from trainer.sweep.store.opening import open_store, open_sweep, recorded, sweep_ids
 from trainer.sweep.store.storage import Storage
@@ -194,3 +195,30 @@ def test_agents_of_two_machines_share_one_sweep_on_the_server(postgres, tmp_path
     assert all(r.state == "finished" and r.history for r in runs)
     assert {Path(r.run_dir).parents[3].name for r in runs} <= {"a", "b"}  # <root>/sweeps/<id>/runs
     assert [p for p, text in _texts(tmp_path) if PASSWORD in text] == []
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("unshare"), reason="namespaces need root and unshare"
+)
+def test_a_killed_agent_of_another_host_is_lost_only_when_its_heartbeat_lapses(postgres, tmp_path):
+    """An agent in UTS and PID namespaces of its own (host node-b, PID 1 there) claims a run and
+    is killed with SIGKILL: here its run still looks live (its heartbeat is fresh, its PID
+    means nothing on this host) until the heartbeat lapses; then it is lost and rerun here."""
+    sweep_id, store = _new_sweep(postgres.url(), tmp_path / "sweep")
+    other_host = ["unshare", "-u", "-p", "-f", "--mount-proc", "--kill-child", "sh", "-c"]
+    other_host += ['hostname node-b && exec "$0" "$@"', sys.executable, str(CLAIMER)]
+    argv = [*other_host, postgres.url(), str(tmp_path / "b"), sweep_id, "5", "hold"]
+    agent = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    try:
+        run_id = agent.stdout.readline().strip()
+        theirs = store.run(run_id)
+        assert (theirs.host, theirs.agent_pid, theirs.state) == ("node-b", 1, "running")
+    finally:
+        agent.kill()  # kill -9: unshare's child, the agent, dies with it (--kill-child)
+        agent.wait()
+    assert store.mark_lost_runs() == []  # a fresh heartbeat of another host: alive
+    assert _claim(store, "mine").id == "mine"  # the sweep goes on beside it
+    time.sleep(1.5)
+    assert store.mark_lost_runs(stale_s=1.0) == [run_id]  # silent too long: lost
+    rerun = _claim(store, "again", rerun_crashed=True)
+    assert rerun.rerun_of == run_id and rerun.host == this_host()
