@@ -222,3 +222,16 @@ def test_a_killed_agent_of_another_host_is_lost_only_when_its_heartbeat_lapses(p
     assert store.mark_lost_runs(stale_s=1.0) == [run_id]  # silent too long: lost
     rerun = _claim(store, "again", rerun_crashed=True)
     assert rerun.rerun_of == run_id and rerun.host == this_host()
+
+
+def test_a_sweep_schema_of_an_earlier_release_gains_the_columns_added_since(postgres, tmp_path):
+    sweep_id, store = _new_sweep(postgres.url(), tmp_path / "sweep")
+    _claim(store, "old")
+    schema = store.storage.schema
+    with store.transaction() as db:  # as a release before these columns made it
+        db.exec_driver_sql(f'ALTER TABLE "{schema}".runs DROP COLUMN agent_started')
+        db.exec_driver_sql(f'ALTER TABLE "{schema}".runs DROP COLUMN superseded')
+    store.close()
+    again = open_store(tmp_path / "sweep", postgres.url(), sweep_id)
+    assert [r.id for r in again.runs()] == ["old"] and not again.run("old").superseded
+    assert _claim(again, "new").agent_started is not None

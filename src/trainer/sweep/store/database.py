@@ -27,6 +27,7 @@ from trainer.sweep.store import tables as t
 from trainer.sweep.store.reconnect import retrying
 from trainer.sweep.store.records import BUSY, Busy, CpuSlot, RunRecord, to_json
 from trainer.sweep.store.storage import READ, Storage, check, make_engine
+from trainer.sweep.store.upgrade import add_missing_columns
 
 if TYPE_CHECKING:
     from trainer.sweep.agents.gpu_slots import DevicePool
@@ -58,6 +59,7 @@ class SweepStore:
                 db.execute(CreateSchema(self.storage.schema, if_not_exists=True))
             if self.storage.is_sqlite:
                 t.migrate_sqlite(db)
+            add_missing_columns(db, self.storage.schema)  # columns added since it was made
             t.metadata.create_all(db)
             row = db.execute(select(t.sweep.c.value).where(t.sweep.c.key == t.VERSION_KEY))
             found = row.scalar()
