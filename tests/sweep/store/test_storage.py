@@ -13,7 +13,7 @@ import pytest
 
 from trainer.sweep.store import netfs
 from trainer.sweep.store.database import SweepStore
-from trainer.sweep.store.opening import open_store
+from trainer.sweep.store.opening import open_store, password_env
 from trainer.sweep.store.storage import Storage, StorageError, schema_of, shown
 from trainer.sweep.store.tables import SCHEMA_VERSION
 
@@ -96,3 +96,8 @@ def test_a_store_of_a_newer_release_is_refused(tmp_path):
     store.close()
     with pytest.raises(Exception, match="upgrade compiled-trainer"):
         SweepStore(tmp_path / "sweep.db")
+
+
+def test_agents_get_the_password_in_their_environment_not_their_argv():
+    assert password_env("postgresql://ann:s3cret@h/db") == {"PGPASSWORD": "s3cret"}
+    assert password_env("postgresql://ann@h/db") == {} and password_env(None) == {}

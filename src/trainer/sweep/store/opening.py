@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 from sqlalchemy import inspect
+from sqlalchemy.engine import make_url
 
 from trainer.errors import TrainerError
 from trainer.layout import SweepLayout, write_text_atomic
@@ -59,6 +60,16 @@ def open_store(
     if storage is not None and not where.is_sqlite:
         _record(layout, where, sweep_id)
     return store
+
+
+def password_env(storage: str | None) -> dict[str, str]:
+    """What an agent started for this sweep needs in its environment to log in when the URL
+    carries the password: `PGPASSWORD` (start it by directory or with the password-free URL,
+    `storage.shown(url)`, so the password is in no argv, job script or log)."""
+    if storage is None:
+        return {}
+    password = make_url(storage).password
+    return {} if password is None else {"PGPASSWORD": str(password)}
 
 
 def open_sweep(storage: str, sweep_id: str, sweep_dir: str | Path) -> SweepStore:
