@@ -45,8 +45,14 @@ class EpochResult:
     steady_steps: int
 
 
+# Stop after the current step, save, exit 128 + signal: SIGTERM, Ctrl-C, and the warning signals
+# a cluster sends before a time limit or preemption (SLURM's --signal, SIGUSR1 or SIGUSR2).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
+
+
 class GracefulStop:
-    """Turns SIGTERM/SIGINT into a request to stop after the current step.
+    """Turns SIGTERM/SIGINT (and SLURM's warning signals, SIGUSR1/SIGUSR2) into a request to
+    stop after the current step.
 
     A second SIGINT restores Python's default (KeyboardInterrupt) so Ctrl-C twice still quits.
     """
@@ -67,7 +73,7 @@ class GracefulStop:
 
     def __enter__(self) -> GracefulStop:
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in STOP_SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 

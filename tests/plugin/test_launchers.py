@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -134,11 +134,14 @@ def test_submitit_slurm_runs_each_agent_as_a_slurm_job(slurm_cluster, tmp_path):
     folders = (tmp_path / "outputs").glob("sweeps/*/agent-jobs/.submitit/*_*")
     jobs = sorted(p.name for p in folders if p.is_dir())
     assert len(jobs) == 2  # an array job of two tasks: <array id>_0, <array id>_1
-    listed = subprocess.run(
-        ["sacct", "-n", "-X", "-P", "-o", "JobID,State", "-j", jobs[0].split("_")[0]],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ},
-    ).stdout.split()
-    assert sorted(listed) == [f"{job}|COMPLETED" for job in jobs]
+    expected = [f"{job}|COMPLETED" for job in jobs]
+    deadline, listed = time.monotonic() + 60, []
+    while sorted(listed) != expected and time.monotonic() < deadline:  # sacct lags a second
+        time.sleep(1)
+        listed = subprocess.run(
+            ["sacct", "-n", "-X", "-P", "-o", "JobID,State", "-j", jobs[0].split("_")[0]],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout.split()
+    assert sorted(listed) == expected

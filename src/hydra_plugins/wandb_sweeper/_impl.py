@@ -277,6 +277,7 @@ def _run_local(options: dict[str, Any], config: DictConfig, root: Path) -> dict[
         devices=options["device_plan"],
         before_agents=options.get("before_agents"),
         start_agents=options.get("start_agents"),
+        storage=options.get("storage"),
     )
 
 

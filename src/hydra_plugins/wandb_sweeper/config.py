@@ -44,6 +44,9 @@ class WandbSweeperConf:
     # Where and how it runs (the local sweep's files: hydra.sweep.dir when set, else
     # <paths.output_dir>/sweeps/<sweep id>/).
     backend: str = "local"  # local (offline, SQLite store) | wandb (the W&B server)
+    # backend=local: the sweep's state in a database server every agent's machine reaches
+    # (postgresql://user@host:5432/db, SQLAlchemy's spelling); null: sweep.db in the sweep dir
+    storage: Optional[str] = None  # noqa: UP045
     # agents started here: null = one per device slot (see devices), or 1 on a machine without
     # GPUs (backend=wandb: 0 only creates the sweep)
     agents: Any = None

@@ -28,6 +28,7 @@ from trainer.sweep.store.directory import (
     sweep_id_of,
     write_sweep_yaml,
 )
+from trainer.sweep.store.opening import open_store, password_env
 
 
 def _agent_argv(
@@ -50,11 +51,11 @@ def _agent_argv(
 
 
 def _create(
-    config: dict, root: Path, directory: Path | None
+    config: dict, root: Path, directory: Path | None, storage: str | None = None
 ) -> tuple[str, SweepLayout, SweepStore]:
     sweep_id = new_id()
     layout = create(root, sweep_id, directory)
-    store = SweepStore(layout.db)
+    store = open_store(layout.root, storage, sweep_id)
     store.set("config", config)
     store.set("sweep_id", sweep_id)
     store.set("created_at", time.time())
@@ -64,14 +65,14 @@ def _create(
 
 
 def _reopen(
-    sweep_id: str, root: Path, directory: Path | None
+    sweep_id: str, root: Path, directory: Path | None, storage: str | None = None
 ) -> tuple[str, SweepLayout, SweepStore]:
     """The sweep to resume: the one in hydra.sweep.dir when that holds one, else found by id."""
     if directory is not None and SweepLayout(directory).exists():
         layout = SweepLayout(Path(directory).resolve())
     else:
         layout = find("hydra.sweeper.sweep_id", sweep_id, root)
-    store = SweepStore(layout.db)
+    store = open_store(layout.root, storage, sweep_id)
     found = sweep_id_of(store, layout)
     if found != sweep_id and Path(sweep_id).expanduser().resolve() != layout.root:
         store.close()
@@ -121,19 +122,21 @@ def run_sweep(
     devices: DevicePlan | None = None,
     before_agents: Callable[[SweepLayout], None] | None = None,
     start_agents: StartAgents | None = None,
+    storage: str | None = None,
 ) -> dict:
     """Create (sweep_id None) or reopen (sweep_id given) the local sweep in `directory` (the
     user's hydra.sweep.dir) or <root>/sweeps/<sweep_id>/, run `agents` local agent processes
     (each at most `count` trials; trials get GPUs from `devices`) until the sweep ends, print
     the leaderboard, write results.json and best.yaml, and return the results dict.
     `before_agents(layout)` runs first (hydra.sweeper.prewarm). `start_agents` runs the
-    agents as jobs of the user's Hydra launcher (None: local processes)."""
+    agents as jobs of the user's Hydra launcher (None: local processes). `storage`: the
+    database URL holding the sweep's state (hydra.sweeper.storage; None: sweep.db)."""
     root = Path(root).resolve()
     directory = Path(directory).resolve() if directory is not None else None
     if sweep_id is None:
-        sweep_id, layout, store = _create(config, root, directory)
+        sweep_id, layout, store = _create(config, root, directory, storage)
     else:
-        sweep_id, layout, store = _reopen(sweep_id, root, directory)
+        sweep_id, layout, store = _reopen(sweep_id, root, directory, storage)
     store.set("state", "running")
     if devices is not None:  # the GPUs its agents hand out (gpu_slots), this command's choice
         store.set("devices", devices.to_dict())
@@ -144,14 +147,15 @@ def run_sweep(
     argv = _agent_argv(layout, count, rerun_crashed, max_consecutive_failures)
     n = max(agents, 1)  # agent i of n takes slot i of the CPUs (trainer.sweep.agents.cpu_slots)
     envs = [agent_env(root, i, n, cpus_per_trial) for i in range(n)]
-    if start_agents is not None:
+    if start_agents is not None:  # no password in a job's files: PGPASSWORD or ~/.pgpass there
         jobs = [AgentJob(argv, env_added(env), os.getcwd()) for env in envs]
         codes = start_agents(jobs, layout.root / JOB_DIR)
     else:
+        envs = [{**env, **password_env(storage)} for env in envs]
         codes = _run_processes(argv, envs)
     interrupted = [c for c in codes if c in INTERRUPT_CODES]
     gave_up = any(code != 0 and code not in INTERRUPT_CODES for code in codes)
-    running = [r for r in store.runs() if r.state == "running"]
+    running = [r for r in store.runs() if r.state in ("running", "preempted")]
     state = "failed" if gave_up else ("running" if running else "finished")
     state = "interrupted" if interrupted and not gave_up else state
     store.set("state", dispatch.sweep_state(state, store).split(" ")[0])

@@ -233,3 +233,11 @@ def test_the_switch_turns_the_template_off(tmp_path, monkeypatch, capsys):
     starter = TrialStarter(dict(os.environ), (), tmp_path / "template.log")
     assert starter.template is None
     assert f"{ENV_SWITCH}=0" in capsys.readouterr().out
+
+
+def test_a_trial_stopped_by_a_clusters_warning_is_preempted_not_crashed():
+    from trainer.sweep.agents.local_agent import _final_state
+
+    assert _final_state(128 + signal.SIGTERM, False, True, preempted=True) == "preempted"
+    assert _final_state(0, False, True, preempted=True) == "finished"
+    assert _final_state(128 + signal.SIGTERM, False, True) == "crashed"

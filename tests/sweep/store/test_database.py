@@ -258,3 +258,18 @@ def test_an_old_store_gains_the_agent_start_column_and_keeps_its_rows(tmp_path):
     assert run.id == "old" and run.host is None and run.agent_started is None
     assert run.agent.alive()  # this process, by PID as then
     assert store.mark_lost_runs() == []
+
+
+def test_a_preempted_run_goes_to_the_next_agent_first_and_counts_once(tmp_path):
+    """A run a cluster's warning stopped is handed out again before any new run, without
+    rerun_crashed, and the grid neither repeats nor loses its point."""
+    store = _store(tmp_path)
+    first = _claim(store)
+    store.update(first.id, state="preempted", preemptions=1)
+    again = _claim(store)
+    assert again.params == first.params and again.rerun_of == first.id
+    assert store.run(first.id).preemptions == 1
+    while _claim(store) is not None:
+        pass
+    points = [tuple(r.params.values()) for r in store.runs() if not r.superseded]
+    assert len(points) == 8 and len(set(points)) == 8

@@ -6,10 +6,13 @@ local processes; a launcher the sweeper does not know is refused before anything
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
+import signal
 import subprocess
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +31,7 @@ DRIVEN = {
     "hydra_plugins.hydra_ray_launcher.ray_launcher.RayLauncher": "ray",
 }
 SLURM = "submitit_slurm"
+WARNING_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)  # SLURM's --signal before a time limit
 JOB_DIR = "agent-jobs"  # where a launched agent's Hydra job writes (beside the sweep's runs)
 
 
@@ -75,12 +79,13 @@ def env_added(env: Mapping[str, str]) -> dict[str, str]:
 def for_job(job: AgentJob, on_cluster: bool, environ: Mapping[str, str]) -> dict[str, str]:
     """The environment an agent job runs with. On a cluster node the job's allocation is the
     agent's: its CPU slot of the submitting machine is dropped (the job's cores are its own,
-    `SLURM_CPUS_PER_TASK` a trial's share unless the sweep set one), and the GPUs SLURM gave it
+    `SLURM_CPUS_PER_TASK`, else the job's `SLURM_CPUS_ON_NODE`, a trial's share unless the
+    sweep set one), and the GPUs SLURM gave it
     (`CUDA_VISIBLE_DEVICES`) are its devices."""
     env = {**environ, **job.env}
     if on_cluster:
         env.pop(cpu_share.ENV_SLOT, None)
-        per_task = environ.get("SLURM_CPUS_PER_TASK", "")
+        per_task = environ.get("SLURM_CPUS_PER_TASK") or environ.get("SLURM_CPUS_ON_NODE", "")
         if cpu_share.ENV_PER_TRIAL not in job.env and per_task.isdigit():
             env[cpu_share.ENV_PER_TRIAL] = per_task
     return env
@@ -103,7 +108,34 @@ def run_agent_job(jobs: list[AgentJob], on_cluster: bool, cfg: Any = None) -> in
     job = jobs[int(HydraConfig.get().job.num)]
     environ = dict(os.environ)
     argv = _job_argv(job, environ) if on_cluster else list(job.argv)
-    return subprocess.call(argv, env=for_job(job, on_cluster, environ), cwd=job.cwd)
+    agent = subprocess.Popen(argv, env=for_job(job, on_cluster, environ), cwd=job.cwd)
+    if not on_cluster or threading.current_thread() is not threading.main_thread():
+        return agent.wait()
+    return _wait_through_warning(agent)
+
+
+def _wait_through_warning(agent: subprocess.Popen) -> int:
+    """Wait for the agent. SLURM's warning before a time limit or preemption (SIGUSR1/SIGUSR2)
+    is passed on to it (its trial saves, its run goes back to the sweep as preempted), and the
+    job's own handler of that signal (submitit's: checkpoint and requeue this job, then exit)
+    runs once the agent has recorded its run and exited, not while its trial is saving."""
+    got: list[int] = []
+
+    def on_warning(signum: int, frame: Any) -> None:
+        if not got:
+            got.append(signum)
+            with contextlib.suppress(ProcessLookupError):
+                agent.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, on_warning) for sig in WARNING_SIGNALS}
+    try:
+        code = agent.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if got and callable(previous[got[0]]):
+        previous[got[0]](got[0], None)  # submitit: requeue (a requeued job is a new agent)
+    return code
 
 
 class LauncherJobs:
@@ -124,7 +156,16 @@ class LauncherJobs:
         )
         print(f"agents: {len(jobs)} {self.name} job(s), job dirs in {where}", flush=True)
         fixed = fixed_task_overrides(self.config)
-        returns = launcher.launch([list(fixed) for _ in jobs], initial_job_idx=0)
+        try:
+            returns = launcher.launch([list(fixed) for _ in jobs], initial_job_idx=0)
+        except Exception as err:  # a job ended without a result: not requeued, or lost
+            print(
+                f"agents: a {self.name} job ended without a result ({type(err).__name__}: "
+                f"{err}); other jobs may still run, and a preempted run waits for the next "
+                "agent (python -m trainer.agent SWEEP_ID)",
+                flush=True,
+            )
+            return [1 for _ in jobs]
         return [_code(r) for r in returns]
 
 

@@ -34,6 +34,10 @@ POLL_S = 0.25  # how often a running trial's metrics, stop flag and exit are che
 HEARTBEAT_S = 2.0  # how often the store hears that a run's agent is alive
 KILL_DELAY_S = 30.0  # SIGKILL a stopped run that has not exited this long after SIGTERM
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # forwarded to the running trial
+# A cluster's warning before a time limit or preemption (SLURM's --signal; submitit sends
+# SIGUSR2): the trial saves and stops (SIGTERM), its run goes back to the sweep as preempted,
+# and the next agent to claim a run resumes it from its checkpoint.
+PREEMPT_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 TAIL_LINES = 30  # log lines kept in the store for a run that did not finish
 DEVICE_WAIT_S = 0.5  # how often an agent whose devices are all taken looks again
 
@@ -65,10 +69,16 @@ def _until_exit(trial: Trial, seconds: float) -> None:
 
 
 def _final_state(
-    code: int, stop_requested: bool, interrupted: bool = False, stopped: str = "stopped"
+    code: int,
+    stop_requested: bool,
+    interrupted: bool = False,
+    stopped: str = "stopped",
+    preempted: bool = False,
 ) -> str:
     """How a trial ended; `stopped` names a run its engine stopped (hyperband: stopped, a
-    scheduler optimizer's pruner: pruned)."""
+    scheduler optimizer's pruner: pruned); `preempted`: the agent got a cluster's warning."""
+    if preempted and code != 0:  # any agent resumes it (no --rerun-crashed needed)
+        return "preempted"
     if interrupted:  # the agent was told to stop: the run did not finish, --rerun-crashed reruns it
         return "finished" if code == 0 else "crashed"
     if stop_requested and code in (0, 128 + signal.SIGTERM, -signal.SIGTERM, -signal.SIGKILL):
@@ -118,16 +128,19 @@ class LocalAgent:
         self.pool = gpu_slots.agent_pool(self.store.get("devices"), devices)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        """Forward SIGTERM/SIGINT to the running trial once (it saves and exits); the watch
-        loop then waits for it, records how it ended, and the agent exits 128 + signum."""
+        """Forward SIGTERM/SIGINT to the running trial once (it saves and exits; a cluster's
+        warning signal is forwarded as SIGTERM); the watch loop then waits for it, records how
+        it ended, and the agent exits 128 + signum."""
         trial = self._trial  # read its state only: the watch loop owns poll()
+        preempt = signum in PREEMPT_SIGNALS
         if self.signum is None and trial is not None and trial.returncode is None:
+            why = " (a time limit or preemption is near)" if preempt else ""
             print(
-                f"agent: {signal.Signals(signum).name} received, stopping the running trial "
-                f"(SIGKILL in {KILL_DELAY_S:g} s if it has not exited)",
+                f"agent: {signal.Signals(signum).name} received{why}, stopping the running "
+                f"trial (SIGKILL in {KILL_DELAY_S:g} s if it has not exited)",
                 flush=True,
             )
-            trial.send_signal(signum)
+            trial.send_signal(signal.SIGTERM if preempt else signum)
         self.signum = self.signum or signum
 
     def run(self, count: int | None = None) -> int:
@@ -135,7 +148,8 @@ class LocalAgent:
         SIGTERM/SIGINT (the running trial is stopped and recorded); raise GaveUp after too many
         failures in a row."""
         if threading.current_thread() is threading.main_thread():
-            previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS}
+            signals = (*STOP_SIGNALS, *PREEMPT_SIGNALS)
+            previous = {sig: signal.signal(sig, self._on_signal) for sig in signals}
         else:
             previous = {}
         try:
@@ -232,7 +246,8 @@ class LocalAgent:
             proc = self.starter.start(argv, env, log, self.share.cores)
         self._trial = proc
         if self.signum is not None:  # a signal came while the trial was starting
-            proc.send_signal(self.signum)
+            preempt = self.signum in PREEMPT_SIGNALS
+            proc.send_signal(signal.SIGTERM if preempt else self.signum)
         self.store.update(
             run.id,
             pid=proc.pid,
@@ -248,14 +263,21 @@ class LocalAgent:
             raise
         finally:
             self._trial = None
-        stop_requested = self.store.stop_requested(run.id)
+        return self._record(run, code, read_summary(files.summary), log_path)
+
+    def _record(self, run: RunRecord, code: int, summary: Any, log_path: Path) -> str:
+        """Record how the trial of `run` ended (exit `code`); return its state."""
         state = _final_state(
-            code, stop_requested, self.signum is not None, self.engine.stopped_state
+            code,
+            self.store.stop_requested(run.id),
+            self.signum is not None,
+            self.engine.stopped_state,
+            preempted=self.signum in PREEMPT_SIGNALS,
         )
-        summary = read_summary(files.summary)
         self.store.update(
             run.id,
             state=state,
+            preemptions=run.preemptions + (state == "preempted"),
             exit_code=code,
             ended_at=time.time(),
             summary=summary,

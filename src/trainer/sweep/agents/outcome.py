@@ -8,8 +8,11 @@ from typing import Any
 
 from trainer.errors import TrainerError
 
-# An agent stopped by SIGINT/SIGTERM exits 128 + signal, its trial saved with a checkpoint.
-INTERRUPT_CODES = (128 + signal.SIGINT, 128 + signal.SIGTERM)
+# An agent stopped by SIGINT/SIGTERM (or a cluster's warning, SIGUSR1/SIGUSR2) exits
+# 128 + signal, its trial saved with a checkpoint.
+INTERRUPT_CODES = tuple(
+    128 + s for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+)
 
 
 class SweepInterrupted(TrainerError):

@@ -75,6 +75,7 @@ def _entry(r: RunRecord, goals: list[dict[str, Any]], multi: bool) -> dict[str, 
         "log": r.log_path,
         "duration_s": r.duration_s,
         "epochs": len(r.history),
+        "preemptions": r.preemptions,
         **_compile_info(r.summary),
     }
     if multi:
@@ -242,6 +243,11 @@ def print_leaderboard(res: dict[str, Any], console: Console | None = None) -> No
                 break_on_hyphens=False,
             )
             console.print(text, highlight=False, soft_wrap=True, markup=False)
+    for e in res["runs"]:
+        if e.get("preemptions"):
+            times = "once" if e["preemptions"] == 1 else f"{e['preemptions']} times"
+            resumed = "resumed from its checkpoint" if e["state"] != "preempted" else "to resume"
+            console.print(f"preempted: {e['id']} {times} (time limit or preemption), {resumed}")
     metric = res["metric"] or {}
     if res["best"]:
         console.print(

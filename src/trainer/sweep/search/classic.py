@@ -30,6 +30,7 @@ _ENGINE_STATE = {
     "stopped": "finished",
     "failed": "failed",
     "crashed": "crashed",
+    "preempted": "preempted",  # handed out again before any new run
 }
 
 
@@ -123,7 +124,7 @@ def sweep_state(stored: str, config: dict, runs: list[RunRecord]) -> str:
     live = [r for r in runs if not r.superseded]
     if any(r.state == "running" for r in live):
         return "running"
-    if next_params(config, live) is None:
+    if next_params(config, live) is None and not any(r.state == "preempted" for r in live):
         return "finished"
     cap = config.get("run_cap")
     return f"stopped ({len(live)}/{cap} runs)" if cap else f"stopped ({len(live)} runs, more left)"

@@ -93,6 +93,7 @@ def sweep_state(stored: str, store: SweepStore) -> str:
     from trainer.sweep.store.suggestions import SuggestionQueue
 
     cap = config.get("run_cap")
-    if SuggestionQueue(store).over() is not None or (cap is not None and len(live) >= cap):
+    over = SuggestionQueue(store).over() is not None or (cap is not None and len(live) >= cap)
+    if over and not any(r.state == "preempted" for r in live):  # a preempted run resumes
         return "finished"
     return f"stopped ({len(live)}/{cap} runs)" if cap else f"stopped ({len(live)} runs, more left)"

@@ -173,8 +173,9 @@ class SweepStore:
         rerun_crashed: bool = False,
         pool: DevicePool | None = None,
     ) -> RunRecord | None | Busy:
-        """Hand out the next run exactly once: a crashed run to rerun (an interrupted one, with
-        its checkpoint, resumes in place: same id, run dir and history), else what `propose`
+        """Hand out the next run exactly once: a preempted run, or with `rerun_crashed` a crashed
+        one, to rerun (an interrupted one, with its checkpoint, resumes in place: same id, run
+        dir and history), else what `propose`
         suggests given the runs so far (None: the sweep has nothing more to run; it may write
         beside the claim through `self.claiming`). With a device `pool`, the run also gets
         free devices of this machine, or nothing is handed out while none is free (BUSY)."""
@@ -200,7 +201,7 @@ class SweepStore:
         self._beat(db, agent, time.time())  # its CPU slot, if it holds one, stays its own
         if pool is not None and not pool.available(runs):
             return BUSY
-        crashed = self._crashed_to_rerun(runs) if rerun_crashed else None
+        crashed = self._to_rerun(runs, rerun_crashed)
         if crashed is not None and crashed.resumable:
             devices = pool.choose(runs, crashed.params) if pool is not None else None
             fields = dict(state="running", agent_pid=agent.pid, agent_started=agent.started)
@@ -255,11 +256,16 @@ class SweepStore:
         return record
 
     @staticmethod
-    def _crashed_to_rerun(runs: list[RunRecord]) -> RunRecord | None:
-        """The first crashed run not yet rerun: resumable ones are taken first."""
-        crashed = [r for r in runs if r.state == "crashed" and not r.superseded]
-        resumable = [r for r in crashed if r.resumable]
-        return (resumable or crashed or [None])[0]
+    def _to_rerun(runs: list[RunRecord], rerun_crashed: bool) -> RunRecord | None:
+        """The run to hand out again, if any: a preempted one (always), else with
+        `rerun_crashed` a crashed one; not yet rerun, resumable ones first."""
+        states = ("preempted", "crashed") if rerun_crashed else ("preempted",)
+        for state in states:
+            ended = [r for r in runs if r.state == state and not r.superseded]
+            resumable = [r for r in ended if r.resumable]
+            if ended:
+                return (resumable or ended)[0]
+        return None
 
     @retrying
     def update(self, run_id: str, **fields: Any) -> None:

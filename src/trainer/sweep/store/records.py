@@ -38,6 +38,7 @@ class RunRecord:
     host: str | None = None  # the machine its agent runs on
     devices: list[str] | None = None  # CUDA_VISIBLE_DEVICES entries it was given
     agent_started: float | None = None  # when its agent process started (with host and PID)
+    preemptions: int = 0  # times a cluster's warning stopped it (it resumed each time)
     history: list[dict[str, Any]] = field(default_factory=list)
 
     @property

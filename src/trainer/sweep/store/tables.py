@@ -59,6 +59,8 @@ runs = Table(
     Column("host", Text),
     Column("devices", Text),
     Column("agent_started", Float),
+    # times a cluster's warning (time limit, preemption) stopped it before it resumed
+    Column("preemptions", Integer, nullable=False, server_default="0"),
     sqlite_autoincrement=True,
 )
 
@@ -126,7 +128,12 @@ def upsert(db: Connection, table: Table, values: dict[str, Any], keys: tuple[str
 
 # A sweep.db written by the raw-sqlite3 store before these columns existed gains them.
 _ADDED = {
-    "runs": {"host": "TEXT", "devices": "TEXT", "agent_started": "REAL"},
+    "runs": {
+        "host": "TEXT",
+        "devices": "TEXT",
+        "agent_started": "REAL",
+        "preemptions": "INTEGER NOT NULL DEFAULT 0",
+    },
     "optimizer_lease": {"host": "TEXT", "started": "REAL"},
 }
 
