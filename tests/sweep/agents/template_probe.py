@@ -24,6 +24,7 @@ def record(path: str) -> None:
         "sigint": repr(signal.getsignal(signal.SIGINT)),
         "sigterm": repr(signal.getsignal(signal.SIGTERM)),
         "sighup": repr(signal.getsignal(signal.SIGHUP)),
+        "sigusr2": repr(signal.getsignal(signal.SIGUSR2)),
         "main": __name__,
         "stdin_is_tty": sys.stdin.isatty() if sys.stdin else None,
     }
@@ -42,15 +43,16 @@ def exhaust_memory() -> None:
 
 
 def _stop(signum, frame):
-    print("probe: SIGTERM received, saving", flush=True)
+    print(f"probe: {signal.Signals(signum).name} received, saving", flush=True)
     sys.exit(128 + signum)
 
 
 def main() -> None:
     record(sys.argv[1])
     action = sys.argv[2] if len(sys.argv) > 2 else "exit0"
-    if action == "wait":
+    if action == "wait":  # as the trainer's loop: SIGTERM, and SLURM's warning signal
         signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGUSR2, _stop)
     print(f"probe {os.getpid()} {action}", flush=True)
     if action == "exit3":
         sys.exit(3)

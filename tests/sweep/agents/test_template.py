@@ -83,7 +83,8 @@ def test_a_forked_trial_sees_what_a_new_process_sees(template, tmp_path):
     # as a new `python -m trainer` process would from the same imports.
     assert template.set_by_imports and set(template.set_by_imports) <= set(forked["env"])
     plain["env"] = {**template.set_by_imports, **plain["env"]}
-    for key in ("argv", "path", "env", "cwd", "affinity", "sigint", "sigterm", "sighup", "main"):
+    signals = ("sigint", "sigterm", "sighup", "sigusr2")
+    for key in ("argv", "path", "env", "cwd", "affinity", *signals, "main"):
         assert forked[key] == plain[key], key
     assert forked["pid"] == trial.pid != template.process.pid
     assert forked["sid"] == forked["pid"]  # its own session, as start_new_session gives
@@ -156,15 +157,19 @@ def _until(condition, timeout=60.0):
 def test_signals_reach_the_trial_and_sigkill_is_reported(template, tmp_path):
     out, log_path = tmp_path / "wait.json", tmp_path / "wait.log"
     argv = [sys.executable, "-m", PROBE, str(out), "wait"]
-    for signum, code in ((signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGKILL, -9)):
+    saved = []
+    for signum in (signal.SIGTERM, signal.SIGUSR2, signal.SIGKILL):
         with open(log_path, "w") as log:
             trial = template.start(argv, dict(template.env), log, ())
         assert _until(lambda: f"probe {trial.pid} wait" in log_path.read_text())  # noqa: B023
+        if signum == signal.SIGUSR2:  # SLURM's warning goes to every process of the job
+            os.kill(template.process.pid, signum)
         trial.send_signal(signum)
         assert _until(lambda: trial.poll() is not None)  # noqa: B023
-        assert trial.returncode == code
-    assert "SIGTERM received, saving" in log_path.read_text() or code == -9
-    assert template.process.poll() is None
+        assert trial.returncode == (-9 if signum == signal.SIGKILL else 128 + signum)
+        saved.append("received, saving" in log_path.read_text())
+    assert saved == [True, True, False]
+    assert template.process.poll() is None  # the template outlives them all
 
 
 @pytest.mark.slow

@@ -43,7 +43,17 @@ REAP_S = 0.05  # how often ended trials are reaped and reported
 # The signals a trial gets as a new process would: their dispositions as the agent passed them
 # on (ignored stays ignored across exec, as under nohup, `&` in scripts and batch systems; a
 # handled one becomes Python's default), read when the template starts, before it changes any.
-INHERITED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD)
+INHERITED_SIGNALS = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGCHLD,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+)
+# Signals a batch system sends every process of a job (SLURM's warning before a time limit):
+# the template outlives them, and the agent decides what its trials do about them.
+TEMPLATE_IGNORES = (signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
 MAX_MESSAGE = 1 << 20  # bytes of one request (argv and environment as JSON)
 
 
@@ -169,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     sock = socket.socket(fileno=int(argv[0]))
     inherited = {signum: signal.getsignal(signum) for signum in INHERITED_SIGNALS}
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the agent decides when the template ends
+    for signum in TEMPLATE_IGNORES:  # the agent decides when the template ends
+        signal.signal(signum, signal.SIG_IGN)
     before = dict(os.environ)
     try:
         for name in _preimports(argv):

@@ -247,7 +247,7 @@ def print_leaderboard(res: dict[str, Any], console: Console | None = None) -> No
         if e.get("preemptions"):
             times = "once" if e["preemptions"] == 1 else f"{e['preemptions']} times"
             resumed = "resumed from its checkpoint" if e["state"] != "preempted" else "to resume"
-            console.print(f"preempted: {e['id']} {times} (time limit or preemption), {resumed}")
+            console.print(f"preempted: {e['id']} {times}, {resumed}")
     metric = res["metric"] or {}
     if res["best"]:
         console.print(
