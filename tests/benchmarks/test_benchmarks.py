@@ -69,6 +69,19 @@ def test_sweep_overhead_writes_its_table(tmp_path):
     assert "| template |" in text and text.count("| finished |") == 2
 
 
+@pytest.mark.slow
+def test_sweep_cluster_writes_its_table(tmp_path):
+    from benchmarks import sweep_cluster
+
+    argv = ["--trials", "2", "--agents", "1", "--launchers", "basic", "--out", str(tmp_path)]
+    (summary,) = sweep_cluster.main(argv)
+    assert summary["launcher"] == "basic" and summary["trials finished"] == 2
+    assert summary["handout_to_loop_s, median"] > 0
+    text = (tmp_path / "sweep_cluster.md").read_text()
+    assert text.count("| basic |") == 3  # the summary row and one per trial
+    assert json.loads((tmp_path / "sweep_cluster.json").read_text())["summary"] == [summary]
+
+
 def test_input_pipeline_compares_resident_and_streamed_batches(tmp_path):
     args = ["--train", "128", "--test", "32", "--batch", "32", "--width", "4", "--rounds", "1"]
     figures = input_pipeline.main([*args, "--augment", "standard", "--out", str(tmp_path)])
