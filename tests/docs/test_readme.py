@@ -251,6 +251,22 @@ COMMANDS: dict[str, Run | NotRun] = {
         "needs a PostgreSQL server at db.example; ls on a real one: "
         "tests/sweep/store/test_postgres.py::test_the_password_is_written_nowhere"
     ),
+    "python -m benchmarks.sweep_cluster": NotRun(
+        "three whole sweeps and SLURM jobs; tests/benchmarks/test_benchmarks.py::"
+        "test_sweep_cluster_writes_its_table runs it reduced"
+    ),
+    "python -m trainer sweep=lr_bayes hydra.sweeper.agents=8 "
+    "hydra.sweeper.storage=postgresql://sweeper@db.example:5432/sweeps "
+    "hydra/launcher=submitit_slurm hydra.launcher.partition=gpu hydra.launcher.account=my-lab "
+    "hydra.launcher.gpus_per_node=1 hydra.launcher.cpus_per_task=8 hydra.launcher.mem_gb=64 "
+    "hydra.launcher.timeout_min=240 hydra.launcher.max_num_timeout=5 "
+    "'hydra.launcher.setup=[\"source .venv/bin/activate\"]'": NotRun(
+        "needs a SLURM cluster with GPUs and a PostgreSQL server at db.example; agents as SLURM "
+        "jobs on a real one-node cluster: tests/plugin/test_launchers.py::"
+        "test_submitit_slurm_runs_each_agent_as_a_slurm_job, and preempted: "
+        "tests/plugin/test_slurm_preemption.py::"
+        "test_a_warning_signal_mid_trial_resumes_the_run_in_the_requeued_job"
+    ),
     "python -m benchmarks.compile_cache": NotRun(
         "cold Inductor compiles of resnet18 in fresh processes, minutes per round; the bundle it "
         "times: tests/cache/test_cache_runs.py::test_bundle_round_trip_and_an_incompatible_bundle"
