@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import destination
+from benchmarks import destination, md_table
 from trainer.sweep.store.database import SweepStore
 
 LAUNCHERS = ("basic", "submitit_local", "submitit_slurm")
@@ -95,19 +95,6 @@ def sweep(args: argparse.Namespace, launcher: str, partition: str | None) -> tup
     return rows, wall
 
 
-def _cell(v: object) -> str:
-    return f"{v:.2f}" if isinstance(v, float) else str(v)
-
-
-def _table(rows: list[dict]) -> list[str]:
-    head = list(rows[0])
-    return [
-        "| " + " | ".join(head) + " |",
-        "|" + "---|" * len(head),
-        *("| " + " | ".join(_cell(r[k]) for k in head) + " |" for r in rows),
-    ]
-
-
 def summarise(launcher: str, rows: list[dict], wall: float) -> dict:
     overhead = [r["handout_to_loop_s"] for r in rows if r["handout_to_loop_s"] is not None]
     return {
@@ -153,9 +140,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "sweep wall s: the sweep command's start to its exit (jobs submitted, started, waited for).",
         *([f"Skipped: {', '.join(skipped)}."] if skipped else []),
         "",
-        *(_table(summary) if summary else ["(no launcher ran)"]),
+        *(md_table.table(summary) if summary else ["(no launcher ran)"]),
         "",
-        *(_table(rows) if rows else []),
+        *(md_table.table(rows) if rows else []),
     ]
     text = "\n".join(lines) + "\n"
     print(text)

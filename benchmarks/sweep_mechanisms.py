@@ -44,7 +44,7 @@ from typing import Any
 import psutil
 import torch
 
-from benchmarks import destination
+from benchmarks import destination, md_table
 from trainer.cache.entries import cache_files
 from trainer.hydra_version import VERSION_BASE
 from trainer.layout import SweepLayout
@@ -459,12 +459,7 @@ def _cell(v: object) -> str:
 
 
 def _table(rows: list[dict], head: list[str] | None = None) -> list[str]:
-    head = head or list(rows[0])
-    return [
-        "| " + " | ".join(head) + " |",
-        "|" + "---|" * len(head),
-        *("| " + " | ".join(_cell(r.get(k)) for k in head) + " |" for r in rows),
-    ]
+    return md_table.table(rows, head, _cell)
 
 
 def _mb(n: int) -> str:

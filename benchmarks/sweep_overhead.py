@@ -23,7 +23,7 @@ from unittest import mock
 
 import torch
 
-from benchmarks import destination
+from benchmarks import destination, md_table
 from trainer.sweep.agents.trial_start import ENV_SWITCH
 from trainer.sweep.local import run_sweep
 from trainer.sweep.store.database import SweepStore
@@ -81,19 +81,6 @@ def sweep(args: argparse.Namespace, mode: str) -> tuple[list[dict], float]:
     return rows, wall
 
 
-def _cell(v: object) -> str:
-    return f"{v:.2f}" if isinstance(v, float) else str(v)
-
-
-def _table(rows: list[dict]) -> list[str]:
-    head = list(rows[0])
-    return [
-        "| " + " | ".join(head) + " |",
-        "|" + "---|" * len(head),
-        *("| " + " | ".join(_cell(r[k]) for k in head) + " |" for r in rows),
-    ]
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--trials", type=int, default=8, help="trials of the same architecture")
@@ -131,9 +118,9 @@ def main(argv: list[str] | None = None) -> None:
         "(process, imports, Hydra, data, model; compile excluded). template: trials forked "
         f"from the agent's trial template; process: `{ENV_SWITCH}=0`, each trial a new process.",
         "",
-        *_table(summary),
+        *md_table.table(summary),
         "",
-        *_table(rows),
+        *md_table.table(rows),
     ]
     text = "\n".join(lines) + "\n"
     print(text)
