@@ -63,9 +63,10 @@ def _training(out: Path) -> SweepStore | None:
     return store if running else None
 
 
-def _requeued(job: str) -> bool:
-    """Whether the job is back after its requeue; one held for its begin time (SLURM holds a
-    requeued job for about two minutes) is started now."""
+def _requeued(job: str, node: str, pending_since: list[float]) -> bool:
+    """Whether the job is back after its requeue. SLURM holds a requeued job for about two
+    minutes; once its first instance has left the node (a job started while it is still
+    completing is killed: "Job credential revoked"), the test starts it now."""
     fields = dict(
         item.split("=", 1)
         for item in _slurm("scontrol", "-o", "show", "job", job).split()
@@ -73,9 +74,13 @@ def _requeued(job: str) -> bool:
     )
     if int(fields.get("Restarts", 0)) < 1:
         return False
-    if fields.get("JobState") == "PENDING":
+    if fields.get("JobState") != "PENDING":
+        return True
+    pending_since[:] = pending_since or [time.monotonic()]
+    node_state = _slurm("sinfo", "-h", "-n", node, "-o", "%t").split()
+    if time.monotonic() - pending_since[0] > 5 and not any("comp" in s for s in node_state):
         _slurm("scontrol", "update", f"JobId={job}", "StartTime=now")
-    return True
+    return False
 
 
 def test_a_warning_signal_mid_trial_resumes_the_run_in_the_requeued_job(slurm_cluster, tmp_path):
@@ -104,7 +109,9 @@ def test_a_warning_signal_mid_trial_resumes_the_run_in_the_requeued_job(slurm_cl
             lambda: [r for r in store.runs() if r.id == first.id and r.state == "preempted"],
         )
         assert preempted[0].preemptions == 1
-        _until("the requeued job", lambda: _requeued(job), timeout=120, every=1)
+        pending: list[float] = []
+        node = slurm_cluster["node"]
+        _until("the requeued job", lambda: _requeued(job, node, pending), timeout=180, every=1)
         output, _ = sweep.communicate(timeout=420)
     finally:
         sweep.kill()
