@@ -25,7 +25,7 @@ from trainer.console import ProgressView
 from trainer.data import DataBundle
 from trainer.errors import TrainerError
 from trainer.layout import RunLayout
-from trainer.loop import GracefulStop, Progress, evaluate, sync, train_epoch
+from trainer.loop import WARNING_SIGNALS, GracefulStop, Progress, evaluate, sync, train_epoch
 from trainer.metrics import Timing, epoch_row
 from trainer.summary import RunSummary, run_paths
 from trainer.tracking import Tracker
@@ -202,6 +202,8 @@ def stop_after_save(job: Job, signum: int) -> None:
     job.save("last.pt")
     summary = summarise(job, "interrupted")
     job.tracker.summary({"status": "interrupted"})
+    if signum in WARNING_SIGNALS:  # a cluster's time limit or preemption: W&B requeues the run
+        job.tracker.mark_preempting()
     job.tracker.finish(exit_code=128 + signum)
     raise Interrupted(
         signum,

@@ -47,7 +47,8 @@ class EpochResult:
 
 # Stop after the current step, save, exit 128 + signal: SIGTERM, Ctrl-C, and the warning signals
 # a cluster sends before a time limit or preemption (SLURM's --signal, SIGUSR1 or SIGUSR2).
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
+WARNING_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, *WARNING_SIGNALS)
 
 
 class GracefulStop:
@@ -69,7 +70,8 @@ class GracefulStop:
         if self.signum is not None and signum == signal.SIGINT:
             signal.signal(signal.SIGINT, signal.default_int_handler)
             raise KeyboardInterrupt
-        self.signum = signum
+        if self.signum is None:  # the first signal says why it stops (a later SIGTERM does not)
+            self.signum = signum
 
     def __enter__(self) -> GracefulStop:
         if threading.current_thread() is threading.main_thread():

@@ -88,6 +88,12 @@ class Tracker:
         if self._run is not None:
             self._run.summary.update(values)
 
+    def mark_preempting(self) -> None:
+        """Tell W&B that a cluster is preempting the run: in a sweep, the server hands a
+        preempted run out again, and its trial resumes from its checkpoint."""
+        if self._run is not None:
+            self._run.mark_preempting()
+
     def finish(self, exit_code: int = 0) -> None:
         if self._run is not None:
             self._run.finish(exit_code=exit_code)

@@ -4,7 +4,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -145,3 +149,34 @@ def test_submitit_slurm_runs_each_agent_as_a_slurm_job(slurm_cluster, tmp_path):
             timeout=60,
         ).stdout.split()
     assert sorted(listed) == expected
+
+
+STAND_IN = """
+import signal, sys, time
+got = []
+def note(signum, frame):
+    got.append(signal.Signals(signum).name)
+    if signum == signal.SIGTERM:
+        print(" ".join(got), flush=True)
+        sys.exit(0)
+signal.signal(signal.SIGUSR2, note)
+signal.signal(signal.SIGTERM, note)
+print("ready", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.slow
+def test_a_forwarding_wandb_agent_gets_the_warning_then_sigterm(tmp_path):
+    """In a job, `wandb agent --forward-signals` passes SLURM's warning to its trial (which
+    saves and marks its run preempting); the SIGTERM after it makes the agent take no new run
+    and exit once the trial has ended. A stand-in process records what it receives."""
+    agent = subprocess.Popen([sys.executable, "-c", STAND_IN], stdout=subprocess.PIPE, text=True)
+    assert agent.stdout.readline().strip() == "ready"
+    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGUSR2)).start()  # SLURM's warning
+    guard = threading.Timer(30, agent.kill)  # no SIGTERM: fail (-9), do not hang
+    guard.start()
+    assert launched._wait_through_warning(agent, then_stop=True) == 0
+    assert agent.stdout.read().split() == ["SIGUSR2", "SIGTERM"]
+    guard.cancel()

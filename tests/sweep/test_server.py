@@ -4,6 +4,7 @@ stop command, and the error without credentials or network."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -77,6 +78,20 @@ def test_config_handed_to_wandb_sweep_is_valid_and_is_sweep_yaml(
 def test_agent_command_mirrors_wandb_agent():
     assert server.agent_command("e/p/s", 3)[-4:] == ["agent", "--count", "3", "e/p/s"]
     assert server.agent_command("e/p/s", None)[-2:] == ["agent", "e/p/s"]
+    forwarding = server.agent_command("e/p/s", None, forward_signals=True)  # a launcher's job
+    assert forwarding[-3:] == ["agent", "--forward-signals", "e/p/s"]
+
+
+def test_each_trial_runs_in_a_directory_of_its_w_and_b_run_and_resumes_there(tmp_path):
+    command = _command("compile=off")
+    assert server.trial_command(command, None) == [
+        *command,
+        "hydra.run.dir=${paths.output_dir}/sweeps/${oc.env:WANDB_SWEEP_ID}/runs/${oc.env:WANDB_RUN_ID}",
+        "trainer.resume=auto",
+    ]
+    assert server.trial_command(command, tmp_path)[-2] == (
+        f"hydra.run.dir={tmp_path}/runs/${{oc.env:WANDB_RUN_ID}}"
+    )
 
 
 def _as_wandb_agent(tmp_path: Path, command: list[str], params: dict, run_id: str):
@@ -150,6 +165,41 @@ def test_sigterm_of_a_stop_command_ends_the_trial_cleanly(tmp_path):
     child.send_signal(signal.SIGTERM)  # what wandb agent's proc.terminate() sends
     assert child.wait(timeout=120) == 128 + signal.SIGTERM, "".join(output)[-3000:]
     assert list((tmp_path / "outputs" / "runs").glob("*/*/checkpoints/last.pt"))
+
+
+@pytest.mark.slow
+def test_a_preempted_trial_marks_its_run_and_resumes_when_the_server_hands_it_out_again(
+    tmp_path,
+):
+    fixed = ("compile=off", "logger=wandb", "model=small_cnn", "data=digits")
+    command = server.trial_command(_command(*fixed, "trainer.max_epochs=40"), None)
+    argv, env = _as_wandb_agent(tmp_path, command, {"optimizer.lr": 0.01}, "run00003")
+    run_dir = tmp_path / "outputs" / "sweeps" / SWEEP_ID / "runs" / "run00003"
+    child = subprocess.Popen(
+        argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+    )
+    deadline = time.monotonic() + 240
+    while not (run_dir / "metrics.jsonl").is_file():
+        assert child.poll() is None and time.monotonic() < deadline, run_dir / "train.log"
+        time.sleep(0.2)
+    child.send_signal(
+        signal.SIGUSR2
+    )  # SLURM's warning, as `wandb agent --forward-signals` passes it
+    assert child.wait(timeout=120) == 128 + signal.SIGUSR2
+    assert (run_dir / "checkpoints" / "last.pt").is_file()
+    (first,) = (tmp_path / "wandb").rglob("run-run00003.wandb")
+    kinds = [r.WhichOneof("record_type") for r in records(first)]
+    assert "preempting" in kinds  # the server requeues a preempted run of a sweep
+
+    # The server hands the run out again: the same command and run id, on any agent.
+    again = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    log = (run_dir / "train.log").read_text()
+    assert "resumed from" in log and "last.pt in epoch" in log
+    epochs = [
+        json.loads(line)["epoch"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert epochs == list(range(1, 41))  # every epoch once: nothing trained twice
 
 
 def test_no_credentials_is_a_clear_error_within_seconds(tmp_path, monkeypatch):

@@ -70,7 +70,8 @@ def test_the_scheduler_starts_before_the_agents_and_stops_after_them(
     result = server.run_server_sweep(
         config, project="proj", entity="team", sweep_id=None, agents=2, count=None, root=tmp_path
     )
-    assert recorded == [config] and recorded[0]["scheduler"] == {"engine": "optuna"}
+    created = {**config, "command": server.trial_command(config["command"], None)}
+    assert recorded == [created] and recorded[0]["scheduler"] == {"engine": "optuna"}
     scheduler, *agents = Recorder.started
     assert scheduler.argv == [
         sys.executable, "-m", "wandb", "sweep-scheduler", "--batch-size", "2", PATH,

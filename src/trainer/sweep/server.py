@@ -19,11 +19,12 @@ from trainer import cpu_share
 from trainer.layout import SweepLayout
 from trainer.sweep.agents import gpu_slots
 from trainer.sweep.agents.gpu_slots import DevicePlan
-from trainer.sweep.agents.launched import JOB_DIR, AgentJob, StartAgents, env_added
+from trainer.sweep.agents.launched import FORWARDING, JOB_DIR, AgentJob, StartAgents, env_added
 from trainer.sweep.store.directory import write_sweep_yaml
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 PROBE_TIMEOUT_S = 3.0
+RESUME = "trainer.resume=auto"  # a trial whose run dir holds a checkpoint continues from it
 SCHEDULER_STOP_S = 30.0  # the scheduler finishes its step after SIGINT, or is killed
 
 
@@ -113,12 +114,22 @@ def preflight(url: str | None = None) -> None:
         )
 
 
-def agent_command(path: str, count: int | None) -> list[str]:
-    """The `wandb agent` command line one agent process runs."""
-    command = [sys.executable, "-m", "wandb", "agent"]
+def agent_command(path: str, count: int | None, forward_signals: bool = False) -> list[str]:
+    """The `wandb agent` command line one agent process runs; `forward_signals` in a launcher's
+    job, where a cluster's warning signal reaches the agent and must reach its trial."""
+    command = [sys.executable, "-m", "wandb", "agent", *([FORWARDING] if forward_signals else [])]
     if count is not None:
         command += ["--count", str(count)]
     return [*command, path]
+
+
+def trial_command(command: list[str], directory: Path | None) -> list[str]:
+    """The sweep's `command` with each trial in a directory of its W&B run id, under the sweep
+    directory (`directory`, or <paths.output_dir>/sweeps/<sweep id>) as a local sweep's
+    runs/<id>/, resumed from its checkpoint: a run the server hands out again after a
+    preemption continues where it stopped. Hydra resolves the `${...}` in the trial."""
+    sweep_dir = directory or "${paths.output_dir}/sweeps/${oc.env:WANDB_SWEEP_ID}"
+    return [*command, f"hydra.run.dir={sweep_dir}/runs/${{oc.env:WANDB_RUN_ID}}", RESUME]
 
 
 def _stop_scheduler(process: subprocess.Popen) -> int:
@@ -150,10 +161,10 @@ def _run_agents(
         {**env, **share.env(), **gpu_slots.trial_env(slots[i % len(slots)] if slots else None)}
         for i, share in enumerate(shares)
     ]
-    argv = agent_command(path, count)
     if start_agents is not None and where is not None:
+        argv = agent_command(path, count, forward_signals=True)
         return start_agents([AgentJob(argv, env_added(e), os.getcwd()) for e in envs], where)
-    processes = []
+    argv, processes = agent_command(path, count), []
     for share, agent_env in zip(shares, envs, strict=True):
         with cpu_share.inherited_affinity(share.cores):  # its trials inherit the cores and env
             processes.append(subprocess.Popen(argv, env=agent_env))
@@ -212,6 +223,8 @@ def run_server_sweep(
 
     created = sweep_id is None  # its creator runs the sweep's scheduler, joiners do not
     if created:
+        if config.get("command"):  # the trial command (W&B's default one runs a program)
+            config = {**config, "command": trial_command(config["command"], directory)}
         sweep_id = wandb.sweep(config, project=project, entity=entity)
     layout = SweepLayout(directory) if directory else SweepLayout.under(root, sweep_id)
     if created:

@@ -32,6 +32,10 @@ DRIVEN = {
 }
 SLURM = "submitit_slurm"
 WARNING_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)  # SLURM's --signal before a time limit
+# `wandb agent` passing signals on to its trial: after a warning, SIGTERM makes it take no new
+# run and exit once that trial has saved (the server hands the preempted run out again).
+FORWARDING = "--forward-signals"
+WARNING_TO_STOP_S = 0.5  # the warning reaches the trial before the SIGTERM that follows it
 JOB_DIR = "agent-jobs"  # where a launched agent's Hydra job writes (beside the sweep's runs)
 
 
@@ -111,14 +115,15 @@ def run_agent_job(jobs: list[AgentJob], on_cluster: bool, cfg: Any = None) -> in
     agent = subprocess.Popen(argv, env=for_job(job, on_cluster, environ), cwd=job.cwd)
     if not on_cluster or threading.current_thread() is not threading.main_thread():
         return agent.wait()
-    return _wait_through_warning(agent)
+    return _wait_through_warning(agent, then_stop=FORWARDING in argv)
 
 
-def _wait_through_warning(agent: subprocess.Popen) -> int:
+def _wait_through_warning(agent: subprocess.Popen, then_stop: bool = False) -> int:
     """Wait for the agent. SLURM's warning before a time limit or preemption (SIGUSR1/SIGUSR2)
     is passed on to it (its trial saves, its run goes back to the sweep as preempted), and the
     job's own handler of that signal (submitit's: checkpoint and requeue this job, then exit)
-    runs once the agent has recorded its run and exited, not while its trial is saving."""
+    runs once the agent has recorded its run and exited, not while its trial is saving.
+    `then_stop` (a `wandb agent --forward-signals`): SIGTERM follows the warning."""
     got: list[int] = []
 
     def on_warning(signum: int, frame: Any) -> None:
@@ -129,13 +134,25 @@ def _wait_through_warning(agent: subprocess.Popen) -> int:
 
     previous = {sig: signal.signal(sig, on_warning) for sig in WARNING_SIGNALS}
     try:
-        code = agent.wait()
+        code = _wait_then_stop(agent, got) if then_stop else agent.wait()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if got and callable(previous[got[0]]):
         previous[got[0]](got[0], None)  # submitit: requeue (a requeued job is a new agent)
     return code
+
+
+def _wait_then_stop(agent: subprocess.Popen, warned: list[int]) -> int:
+    """Wait for the agent; WARNING_TO_STOP_S after a warning, send it SIGTERM once."""
+    stopped = False
+    while True:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return agent.wait(timeout=WARNING_TO_STOP_S)
+        if warned and not stopped:
+            stopped = True
+            with contextlib.suppress(ProcessLookupError):
+                agent.send_signal(signal.SIGTERM)
 
 
 class LauncherJobs:

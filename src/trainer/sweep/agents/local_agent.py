@@ -21,6 +21,7 @@ from trainer.cache import env as cache_env
 from trainer.errors import TrainerError
 from trainer.layout import SweepLayout
 from trainer.sweep.agents import cpu_slots, gpu_slots
+from trainer.sweep.agents.launched import WARNING_SIGNALS
 from trainer.sweep.agents.trial_start import Trial, TrialStarter
 from trainer.sweep.search import dispatch
 from trainer.sweep.spec.command import expand
@@ -37,7 +38,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # forwarded to the running trial
 # A cluster's warning before a time limit or preemption (SLURM's --signal; submitit sends
 # SIGUSR2): the trial saves and stops (SIGTERM), its run goes back to the sweep as preempted,
 # and the next agent to claim a run resumes it from its checkpoint.
-PREEMPT_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
+PREEMPT_SIGNALS = WARNING_SIGNALS
 TAIL_LINES = 30  # log lines kept in the store for a run that did not finish
 DEVICE_WAIT_S = 0.5  # how often an agent whose devices are all taken looks again
 
