@@ -1,6 +1,7 @@
 """Fit epoch by epoch: train, reduce over ranks, evaluate, build the epoch row, step the
 schedule, keep best.pt and last.pt, log; a SIGTERM/SIGINT (or SLURM's SIGUSR1/SIGUSR2 warning)
-stops after the current step with a checkpoint. `Job` holds what a fit works on; `summarise` turns it into the `RunSummary`."""
+stops after the current step with a checkpoint. `Job` holds what a fit works on; `summarise`
+turns it into the `RunSummary`."""
 
 from __future__ import annotations
 
