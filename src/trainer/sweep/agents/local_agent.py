@@ -69,6 +69,12 @@ def _until_exit(trial: Trial, seconds: float) -> None:
         trial.wait(timeout=seconds)
 
 
+def _for_trial(signum: int) -> int:
+    """The signal the running trial gets for one the agent got: a cluster's warning becomes
+    SIGTERM (save and stop), SIGTERM and SIGINT pass as they are."""
+    return signal.SIGTERM if signum in PREEMPT_SIGNALS else signum
+
+
 def _final_state(
     code: int,
     stop_requested: bool,
@@ -133,15 +139,14 @@ class LocalAgent:
         warning signal is forwarded as SIGTERM); the watch loop then waits for it, records how
         it ended, and the agent exits 128 + signum."""
         trial = self._trial  # read its state only: the watch loop owns poll()
-        preempt = signum in PREEMPT_SIGNALS
         if self.signum is None and trial is not None and trial.returncode is None:
-            why = " (a time limit or preemption is near)" if preempt else ""
+            why = " (a time limit or preemption is near)" if signum in PREEMPT_SIGNALS else ""
             print(
                 f"agent: {signal.Signals(signum).name} received{why}, stopping the running "
                 f"trial (SIGKILL in {KILL_DELAY_S:g} s if it has not exited)",
                 flush=True,
             )
-            trial.send_signal(signal.SIGTERM if preempt else signum)
+            trial.send_signal(_for_trial(signum))
         self.signum = self.signum or signum
 
     def run(self, count: int | None = None) -> int:
@@ -247,8 +252,7 @@ class LocalAgent:
             proc = self.starter.start(argv, env, log, self.share.cores)
         self._trial = proc
         if self.signum is not None:  # a signal came while the trial was starting
-            preempt = self.signum in PREEMPT_SIGNALS
-            proc.send_signal(signal.SIGTERM if preempt else self.signum)
+            proc.send_signal(_for_trial(self.signum))
         self.store.update(
             run.id,
             pid=proc.pid,
