@@ -118,6 +118,12 @@ def runner_problems(options: dict[str, Any]) -> list[str]:
             f"hydra.sweeper.count={count!r} must be a positive number of runs per agent, "
             "or left out (null) to run until the sweep ends"
         )
+    retries = options.get("max_retries", 0)
+    if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
+        problems.append(
+            f"hydra.sweeper.max_retries={retries!r} must be an integer >= 0: the times a run "
+            "lost with its agent, job or host is handed out again (0: never; it is crashed)"
+        )
     return problems + cpu_share.sweep_problems(options)
 
 
@@ -278,6 +284,7 @@ def _run_local(options: dict[str, Any], config: DictConfig, root: Path) -> dict[
         before_agents=options.get("before_agents"),
         start_agents=options.get("start_agents"),
         storage=options.get("storage"),
+        max_retries=options["max_retries"],
     )
 
 

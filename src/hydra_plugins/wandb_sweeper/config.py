@@ -59,6 +59,10 @@ class WandbSweeperConf:
     )
     rerun_crashed: bool = False  # resuming: run again the trials a crash interrupted
     max_consecutive_failures: int = 5  # an agent gives up after this many failed trials in a row
+    # a run lost with its agent, job or host (SIGKILL, a node gone, a heartbeat lapsed) is handed
+    # out again and resumed from its last.pt this many times, then crashed; a cluster's stop that
+    # let the trial save (SLURM's warning, SIGTERM inside a job) always resumes, uncounted
+    max_retries: int = 3
     cpus_per_trial: Any = None  # CPUs (threads, cores) per concurrent trial; None: an equal share
     # GPUs the trials use: auto (every GPU torch sees here; none on a CPU machine), a list of
     # indices (cuda:i as torch numbers them here), or null (no assignment); each trial gets its

@@ -209,7 +209,7 @@ def test_an_agent_of_another_host_keeps_its_run_while_it_heartbeats(tmp_path, na
     with store.transaction() as db:
         assert {s.holder.host for s in store.cpu_slots(db, stale_s=stale_s)} == {this_host()}
     rerun = _claim_here(store)
-    assert rerun.rerun_of == theirs.id and rerun.host == this_host()
+    assert rerun.id == theirs.id and rerun.losses == 1 and rerun.host == this_host()
     store.update(rerun.id, state="finished")
     assert _claim_here(store) is None
     live = sorted(r.params["a"] for r in store.runs() if not r.superseded)

@@ -118,13 +118,14 @@ def test_kill_9_then_resume_loses_and_repeats_nothing(tmp_path):
     interrupted = {r.id for r in store.runs() if r.state == "running"}
     assert interrupted
 
-    res = run_sweep({}, root=tmp_path, sweep_id=db.parent.name, agents=2, rerun_crashed=True)
+    # Resumed by id: the runs lost with their agents go back to the sweep and resume in place
+    # (same run ids, no rerun_crashed needed), each counted as one loss.
+    res = run_sweep({}, root=tmp_path, sweep_id=db.parent.name, agents=2)
     runs = store.runs()
-    assert {r.id for r in runs if r.state == "crashed"} == interrupted
-    live = [r for r in runs if not r.superseded]
-    assert sorted(r.params["trainer.seed"] for r in live) == [0, 1, 2, 3]
-    assert all(r.state == "finished" for r in live)
-    assert {r.rerun_of for r in live if r.rerun_of} == interrupted
+    assert not any(r.superseded for r in runs) and len(runs) == 4
+    assert sorted(r.params["trainer.seed"] for r in runs) == [0, 1, 2, 3]
+    assert all(r.state == "finished" for r in runs)
+    assert {r.id for r in runs if r.losses == 1} == interrupted
     assert len(res["runs"]) == 4
 
 

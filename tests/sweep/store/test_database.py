@@ -93,23 +93,77 @@ def test_concurrent_processes_never_get_the_same_run(tmp_path):
 
 
 @pytest.mark.slow
-def test_lost_runs_are_marked_crashed_and_rerun_once(tmp_path):
+def test_a_lost_run_goes_back_to_the_sweep_and_resumes_in_place(tmp_path):
+    """A run whose agent is gone is not its own fault: it goes back as preempted, counted as a
+    loss, and the next claim resumes it in place (same id) before any new run; the grid neither
+    repeats nor loses its point."""
     store = _store(tmp_path)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     lost = _claim(store, pid=dead.pid)
     mine = _claim(store)
     assert store.mark_lost_runs() == [lost.id]
-    assert store.run(lost.id).state == "crashed"
+    gone = store.run(lost.id)
+    assert gone.state == "preempted" and gone.losses == 1 and "lost" in gone.log_tail
     assert store.run(mine.id).state == "running"
-    rerun = _claim(store, rerun_crashed=True)
-    assert rerun.params == lost.params and rerun.rerun_of == lost.id
-    # The rerun replaces the crashed run: the grid neither repeats nor loses its point.
-    rest = []
-    while (run := _claim(store, rerun_crashed=True)) is not None:
-        rest.append(run)
+    again = _claim(store)
+    assert again.id == lost.id and again.state == "running" and again.losses == 1
+    while _claim(store) is not None:
+        pass
     points = [tuple(r.params.values()) for r in store.runs() if not r.superseded]
     assert len(points) == 8 and len(set(points)) == 8
+
+
+def test_a_run_lost_more_than_max_retries_times_is_crashed_and_says_why(tmp_path):
+    """hydra.sweeper.max_retries bounds the losses: lost once more, the run is crashed (not
+    handed out again without rerun_crashed) and its log tail says so."""
+    import time
+
+    store = _store(tmp_path)
+    store.set("max_retries", 1)
+    run = _claim(store)
+    _as_of_host(store, run.id, "node-b", time.time() - 300)
+    assert store.mark_lost_runs() == [run.id]
+    assert store.run(run.id).state == "preempted"
+    assert _claim(store).id == run.id  # resumed in place
+    _as_of_host(store, run.id, "node-b", time.time() - 300)
+    assert store.mark_lost_runs() == [run.id]
+    crashed = store.run(run.id)
+    assert crashed.state == "crashed" and crashed.losses == 2
+    assert "max_retries=1" in crashed.log_tail and "rerun_crashed" in crashed.log_tail
+    assert _claim(store).id != run.id  # a new point, not the crashed one
+
+
+def test_a_claim_retried_after_its_reply_was_lost_gets_the_same_run(tmp_path, monkeypatch):
+    """The connection drops after the claim's commit: the retried claim (same ticket) returns
+    the run the first try handed out, never a second one."""
+    from sqlalchemy.exc import OperationalError
+
+    store = _store(tmp_path)
+    tries = []
+    once = store._claim.__wrapped__
+
+    def lossy(self, *args):
+        run = once(self, *args)
+        tries.append(run)
+        if len(tries) == 1:  # committed; the reply is lost
+            raise OperationalError("SELECT 1", {}, Exception("server closed the connection"))
+        return run
+
+    monkeypatch.setattr(type(store), "_claim", lambda self, *args: _retry(lossy, self, *args))
+    run = _claim(store)
+    assert len(tries) == 2 and tries[1].id == tries[0].id == run.id
+    assert [r.id for r in store.runs()] == [run.id]
+
+
+def _retry(method, self, *args):
+    """What trainer.sweep.store.reconnect.retrying does for a server store: try again."""
+    from sqlalchemy.exc import OperationalError
+
+    try:
+        return method(self, *args)
+    except OperationalError:
+        return method(self, *args)
 
 
 def test_two_sweeps_in_one_root_are_independent(tmp_path):
@@ -198,11 +252,11 @@ def test_a_run_of_another_host_is_lost_only_when_its_heartbeat_lapses(tmp_path):
     _as_of_host(store, fresh.id, "node-b", time.time())
     _as_of_host(store, stale.id, "node-b", time.time() - 300)
     assert store.mark_lost_runs() == [stale.id]
-    assert store.run(fresh.id).state == "running" and store.run(stale.id).state == "crashed"
-    # An agent here reruns the lost point and runs the rest; the live one's point is not rerun.
-    rerun = _claim(store, rerun_crashed=True)
-    assert rerun.rerun_of == stale.id and rerun.params == stale.params
-    while _claim(store, rerun_crashed=True) is not None:
+    assert store.run(fresh.id).state == "running" and store.run(stale.id).state == "preempted"
+    # An agent here resumes the lost point and runs the rest; the live one's point is not rerun.
+    rerun = _claim(store)
+    assert rerun.id == stale.id and rerun.params == stale.params and rerun.host != "node-b"
+    while _claim(store) is not None:
         assert store.mark_lost_runs() == []
     points = [tuple(r.params.values()) for r in store.runs() if not r.superseded]
     assert len(points) == 8 and len(set(points)) == 8  # each point once
@@ -267,7 +321,7 @@ def test_a_preempted_run_goes_to_the_next_agent_first_and_counts_once(tmp_path):
     first = _claim(store)
     store.update(first.id, state="preempted", preemptions=1)
     again = _claim(store)
-    assert again.params == first.params and again.rerun_of == first.id
+    assert again.id == first.id and again.params == first.params  # resumed in place
     assert store.run(first.id).preemptions == 1
     while _claim(store) is not None:
         pass

@@ -74,7 +74,8 @@ def test_a_live_run_of_another_host_is_never_lost_a_silent_one_is(postgres, tmp_
     store.update("live", host="node-b", agent_pid=1, heartbeat_at=now)
     store.update("lapsed", host="node-b", agent_pid=1, heartbeat_at=now - STALE_S - 5)
     assert store.mark_lost_runs() == ["lapsed"]
-    assert store.run("live").state == "running" and store.run("lapsed").state == "crashed"
+    assert store.run("live").state == "running" and store.run("lapsed").state == "preempted"
+    assert store.run("lapsed").losses == 1  # handed out again, resumed in place
 
 
 def test_the_server_restarting_mid_sweep_loses_no_result(postgres, tmp_path):
@@ -156,6 +157,17 @@ def test_an_unreachable_server_is_a_clear_error_before_anything_runs(tmp_path):
     assert not (tmp_path / "sweeps").exists()  # nothing launched, nothing written
 
 
+def test_a_sweep_on_an_unreachable_server_leaves_no_folder_behind(tmp_path):
+    """The sweep command with a bad storage URL: exit 2 before the sweep's folder is made."""
+    from tests.conftest import run_cli
+
+    url = "postgresql://nobody:secret-pw@127.0.0.1:1/db"
+    done = run_cli("sweep=lr_random", "compile=off", f"hydra.sweeper.storage={url}", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "refused" in done.stderr and "secret-pw" not in done.stderr + done.stdout
+    assert not (tmp_path / "outputs" / "sweeps").exists()
+
+
 def test_a_refused_login_is_a_clear_error(postgres, tmp_path):
     agent = _agent(tmp_path, postgres.url(user="nobody"))
     assert agent.returncode == 2, agent.stderr
@@ -220,8 +232,8 @@ def test_a_killed_agent_of_another_host_is_lost_only_when_its_heartbeat_lapses(p
     assert _claim(store, "mine").id == "mine"  # the sweep goes on beside it
     time.sleep(1.5)
     assert store.mark_lost_runs(stale_s=1.0) == [run_id]  # silent too long: lost
-    rerun = _claim(store, "again", rerun_crashed=True)
-    assert rerun.rerun_of == run_id and rerun.host == this_host()
+    rerun = _claim(store, "again")
+    assert rerun.id == run_id and rerun.losses == 1 and rerun.host == this_host()
 
 
 def test_a_sweep_schema_of_an_earlier_release_gains_the_columns_added_since(postgres, tmp_path):

@@ -21,7 +21,7 @@ from trainer.cache import env as cache_env
 from trainer.errors import TrainerError
 from trainer.layout import SweepLayout
 from trainer.sweep.agents import cpu_slots, gpu_slots
-from trainer.sweep.agents.launched import WARNING_SIGNALS
+from trainer.sweep.agents.launched import WARNING_SIGNALS, ended_by_cluster
 from trainer.sweep.agents.trial_start import Trial, TrialStarter
 from trainer.sweep.search import dispatch
 from trainer.sweep.spec.command import expand
@@ -41,6 +41,9 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # forwarded to the running trial
 PREEMPT_SIGNALS = WARNING_SIGNALS
 TAIL_LINES = 30  # log lines kept in the store for a run that did not finish
 DEVICE_WAIT_S = 0.5  # how often an agent whose devices are all taken looks again
+# How often an agent with no run to take looks again while other agents' runs go on (one of
+# them may be lost with its agent, job or host, and is then resumed here).
+OTHERS_WAIT_S = 2.0
 
 
 def _tail(path: Path, lines: int = TAIL_LINES) -> str:
@@ -83,7 +86,8 @@ def _final_state(
     preempted: bool = False,
 ) -> str:
     """How a trial ended; `stopped` names a run its engine stopped (hyperband: stopped, a
-    scheduler optimizer's pruner: pruned); `preempted`: the agent got a cluster's warning."""
+    scheduler optimizer's pruner: pruned); `preempted`: the cluster ended the agent's job (its
+    warning, or SIGTERM inside a SLURM job): the run goes back to the sweep."""
     if preempted and code != 0:  # any agent resumes it (no --rerun-crashed needed)
         return "preempted"
     if interrupted:  # the agent was told to stop: the run did not finish, --rerun-crashed reruns it
@@ -182,10 +186,10 @@ class LocalAgent:
                 signal.signal(sig, handler)
 
     def _run(self, count: int | None) -> int:
-        self.store.mark_lost_runs()
-        done, waited = 0, False
+        done, waited, waiting = 0, False, False
         failures: list[RunRecord] = []
         while self.signum is None and (count is None or done < count):
+            self.store.mark_lost_runs()  # a run lost with its agent goes back to the sweep
             run = self.engine.claim(
                 agent_pid=os.getpid(),
                 rerun_crashed=self.rerun_crashed,
@@ -201,6 +205,9 @@ class LocalAgent:
             waited = False
             if run is None and self.signum is not None:  # stopped while waiting for a run
                 return 128 + self.signum
+            if run is None and self._others_go_on(waiting):
+                waiting = True
+                continue
             if run is None:
                 print(
                     f"agent: sweep {self.sweep_id} has no more runs to hand out "
@@ -208,6 +215,7 @@ class LocalAgent:
                     flush=True,
                 )
                 break
+            waiting = False
             state = self._run_trial(run)
             done += 1
             if self.signum is not None:
@@ -227,6 +235,24 @@ class LocalAgent:
                 failures = []
         return 0
 
+    def _others_go_on(self, said: bool) -> bool:
+        """With no run to take: whether other agents' runs still go on. The agent then waits a
+        while and looks again, so that a run lost with its agent, job or host is resumed here
+        (told once, `said`), and leaves only when the sweep has nothing running."""
+        others = self.store.running_elsewhere()
+        if not others:
+            return False
+        if not said:
+            print(
+                f"agent: no run to hand out now; {len(others)} run(s) of other agents go on "
+                f"({', '.join(r.id for r in others)}): waiting, to resume any that is lost",
+                flush=True,
+            )
+        deadline = time.monotonic() + OTHERS_WAIT_S
+        while self.signum is None and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        return self.signum is None
+
     def _run_trial(self, run: RunRecord) -> str:
         files = self.layout.run(run.id)
         run_dir = files.root
@@ -235,7 +261,8 @@ class LocalAgent:
         for folder in (run_dir, log_path.parent, params_path.parent):
             folder.mkdir(parents=True, exist_ok=True)
         argv = expand(self.config, run.params, run_dir)
-        resume = run.resumable  # interrupted: the same run continues from its last.pt
+        # handed out again (preempted, lost, interrupted): it continues from its own last.pt
+        resume = files.last.is_file()
         argv += ["trainer.resume=auto"] if resume else []
         env = {
             **trial_env(self.sweep_id, run.id, run.params, params_path, run_dir),
@@ -277,7 +304,7 @@ class LocalAgent:
             self.store.stop_requested(run.id),
             self.signum is not None,
             self.engine.stopped_state,
-            preempted=self.signum in PREEMPT_SIGNALS,
+            preempted=ended_by_cluster(self.signum),
         )
         self.store.update(
             run.id,

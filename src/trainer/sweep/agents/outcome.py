@@ -26,9 +26,18 @@ def agent_failure(result: dict[str, Any]) -> TrainerError | None:
     exited 0."""
     codes = result.get("agent_exit_codes") or []
     failed = [code for code in codes if code != 0]
+    sweep_id = result.get("sweep_id")
+    left = result.get("to_resume") or []
+    if not failed and left:  # the cluster took runs back and no agent was left to resume them
+        return TrainerError(
+            f"sweep {sweep_id}: every agent has ended, but {len(left)} run(s) went back to the "
+            f"sweep and wait to resume from their checkpoint ({', '.join(left)}). Resume them "
+            f"with python -m trainer.agent {sweep_id} from any machine that reaches the sweep, "
+            f"or the same command plus hydra.sweeper.sweep_id={sweep_id}.",
+            exit_code=1,
+        )
     if not failed:
         return None
-    sweep_id = result.get("sweep_id")
     if all(code in INTERRUPT_CODES for code in failed):
         return SweepInterrupted(
             f"sweep {sweep_id} interrupted ({signal.Signals(failed[0] - 128).name}); each "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,8 +34,37 @@ if TYPE_CHECKING:
     from trainer.sweep.agents.gpu_slots import DevicePool
 
 TERMINAL = ("finished", "failed", "crashed", "stopped", "pruned")
+DEFAULT_MAX_RETRIES = 3  # hydra.sweeper.max_retries: times a lost run is handed out again
 JSON_COLUMNS = ("params", "search_info", "summary", "devices")
-UNSET = ("seq", "history", "summary", "stop_requested", "superseded")  # a new run: defaults
+UNSET = (
+    "seq",
+    "history",
+    "summary",
+    "stop_requested",
+    "superseded",
+    "ticket",
+)  # a new run: defaults
+
+
+def _lost(run: RunRecord, limit: int, stale_s: float) -> dict[str, Any]:
+    """How a run lost with its agent is recorded: preempted (handed out again, resumed from its
+    last.pt) while it has losses left, else crashed with the reason."""
+    agent = run.agent
+    how = (
+        f"its agent (pid {agent.pid}) is gone"
+        if agent.here
+        else f"its agent on {agent.host} was silent for over {stale_s:g} s"
+    )
+    losses = run.losses + 1
+    if losses <= limit:
+        tail = f"lost: {how}; handed out again to resume from its last.pt (loss {losses} of "
+        return dict(state="preempted", losses=losses, log_tail=f"{tail}max_retries={limit})")
+    tail = (
+        f"lost: {how}, {losses} times (more than max_retries={limit}); not handed out again. "
+        "Rerun it with hydra.sweeper.rerun_crashed=true (or python -m trainer.agent ID "
+        "--rerun-crashed) once its cause is fixed"
+    )
+    return dict(state="crashed", losses=losses, log_tail=tail)
 
 
 class SweepStore:
@@ -163,7 +193,6 @@ class SweepStore:
             raise KeyError(f"no run {run_id!r} in sweep store {self.where}")
         return bool(row[0])
 
-    @retrying
     def claim(
         self,
         propose: Callable[[list[RunRecord]], tuple[dict, dict | None] | None],
@@ -173,17 +202,41 @@ class SweepStore:
         rerun_crashed: bool = False,
         pool: DevicePool | None = None,
     ) -> RunRecord | None | Busy:
-        """Hand out the next run exactly once: a preempted run, or with `rerun_crashed` a crashed
-        one, to rerun (an interrupted one, with its checkpoint, resumes in place: same id, run
-        dir and history), else what `propose`
+        """Hand out the next run exactly once: a preempted or lost run, or with `rerun_crashed`
+        a crashed one, to rerun (a preempted or lost one, or an interrupted one with its
+        checkpoint, resumes in place: same id, run dir and history), else what `propose`
         suggests given the runs so far (None: the sweep has nothing more to run; it may write
         beside the claim through `self.claiming`). With a device `pool`, the run also gets
-        free devices of this machine, or nothing is handed out while none is free (BUSY)."""
+        free devices of this machine, or nothing is handed out while none is free (BUSY).
+        Idempotent: a claim tried again after its reply was lost (the connection dropped after
+        the commit) returns the run the agent already holds, never a second one."""
         agent = Holder.of(agent_pid)  # a process of this host: its start time is read here
+        ticket = uuid.uuid4().hex  # the same for every try of this claim
+        return self._claim(ticket, propose, new_id, agent, pool, rerun_crashed)
+
+    @retrying
+    def _claim(
+        self,
+        ticket: str,
+        propose: Callable[[list[RunRecord]], tuple[dict, dict | None] | None],
+        new_id: Callable[[], str],
+        agent: Holder,
+        pool: DevicePool | None,
+        rerun_crashed: bool,
+    ) -> RunRecord | None | Busy:
+        """One try of a claim: in its transaction, the run that an earlier try of the same
+        `ticket` handed out (its reply lost with the connection), else the next one."""
         with self.transaction() as db:
             self.claiming = db
             try:
-                return self._hand_out(db, propose, new_id, agent, pool, rerun_crashed)
+                again = self._rows(db, t.runs.c.ticket == ticket)
+                if again:
+                    return again[0]
+                run = self._hand_out(db, propose, new_id, agent, pool, rerun_crashed)
+                if isinstance(run, RunRecord):
+                    db.execute(update(t.runs).where(t.runs.c.id == run.id).values(ticket=ticket))
+                    run.ticket = ticket
+                return run
             finally:
                 self.claiming = None
 
@@ -308,23 +361,41 @@ class SweepStore:
 
     @retrying
     def mark_lost_runs(self, stale_s: float = STALE_S) -> list[str]:
-        """Mark running runs whose agent is gone crashed: an agent of this host whose process
-        no longer runs (or that was silent for `stale_s`); an agent of another host whose
-        heartbeat is older than `stale_s` (its PID means nothing here). A lost run's trial still
-        running on this host is ended."""
+        """Give back the running runs whose agent is gone: an agent of this host whose process no
+        longer runs (or that was silent for `stale_s`); an agent of another host whose heartbeat
+        is older than `stale_s` (its PID means nothing here). A lost run is not its own fault:
+        it goes back to the sweep as `preempted` (the next agent resumes it from its last.pt),
+        up to the sweep's `max_retries` losses; lost once more, it is `crashed`, and says why.
+        A lost run's trial still running on this host is ended."""
         lost = []
         now = time.time()
         with self.transaction() as db:
+            limit = self.get("max_retries", DEFAULT_MAX_RETRIES, db)
             for r in self._rows(db, t.runs.c.state == "running"):
                 agent = r.agent
                 if agent.is_me or (agent.alive(stale_s, now) and not agent.silent(stale_s, now)):
                     continue
-                tail = "agent process lost while the run was going"
-                values = dict(state="crashed", ended_at=now, log_tail=tail)
+                values = dict(_lost(r, limit, stale_s), ended_at=now, pid=None)
                 db.execute(update(t.runs).where(t.runs.c.id == r.id).values(**values))
                 lost.append(r.id)
                 kill_orphan(r.pid, r.id, r.host)
         return lost
+
+    @retrying
+    def running_elsewhere(self) -> list[RunRecord]:
+        """The runs other agents are training now (this process's excluded)."""
+        with self.reading() as db:
+            running = self._rows(db, t.runs.c.state == "running")
+        return [r for r in running if not r.agent.is_me]
+
+    @retrying
+    def live_agents(self, stale_s: float = STALE_S) -> list[Holder]:
+        """The sweep's agents that live now, of every host, read without changing the ledger."""
+        s = t.agent_slots.c
+        with self.reading() as db:
+            rows = db.execute(select(s.host, s.pid, s.started, s.heartbeat_at)).fetchall()
+        now = time.time()
+        return [h for h in (Holder(*row) for row in rows) if h.alive(stale_s, now)]
 
     # the slot ledger: the cores each live agent holds ------------------------------------------
     @staticmethod

@@ -86,7 +86,8 @@ def open_sweep(storage: str, sweep_id: str, sweep_dir: str | Path) -> SweepStore
 
 
 def sweep_ids(storage: str) -> list[str]:
-    """The ids of the sweeps kept in the database of `storage`, by their schemas."""
+    """The ids of the sweeps kept in the database of `storage`, by their schemas; StorageError
+    (exit 2) when it cannot be reached or refuses the login."""
     where = Storage.server(storage, None)
     engine = make_engine(where)
     try:
@@ -96,3 +97,10 @@ def sweep_ids(storage: str) -> list[str]:
     finally:
         engine.dispose()
     return sorted(name[len(PREFIX) :] for name in schemas if name.startswith(PREFIX))
+
+
+def reachable(storage: str | None) -> None:
+    """Nothing, when `storage` is unset or a database that answers; else StorageError (exit 2)
+    now, before a sweep's folder is made (a bad URL leaves nothing behind)."""
+    if storage is not None and not Storage.server(storage, None).is_sqlite:
+        sweep_ids(storage)

@@ -38,7 +38,9 @@ class RunRecord:
     host: str | None = None  # the machine its agent runs on
     devices: list[str] | None = None  # CUDA_VISIBLE_DEVICES entries it was given
     agent_started: float | None = None  # when its agent process started (with host and PID)
-    preemptions: int = 0  # times a cluster's warning stopped it (it resumed each time)
+    preemptions: int = 0  # times the cluster stopped it with a checkpoint (it resumed each time)
+    losses: int = 0  # times it was lost with its agent, job or host (handed out again each time)
+    ticket: str | None = None  # the claim that handed it out last (a retried claim finds it)
     history: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -48,7 +50,11 @@ class RunRecord:
 
     @property
     def resumable(self) -> bool:
-        """Interrupted (its summary says so) with the checkpoint it saved: rerun, it resumes."""
+        """Handed out again in place (same id, run dir and history; `trainer.resume=auto` takes
+        its last.pt when it has one): preempted or lost to the cluster, or interrupted (its
+        summary says so) with the checkpoint it saved."""
+        if self.state == "preempted":
+            return True
         doc = self.summary or {}
         path = (doc.get("paths") or {}).get("checkpoint")
         return doc.get("status") == "interrupted" and bool(path) and Path(path).is_file()

@@ -61,6 +61,12 @@ runs = Table(
     Column("agent_started", Float),
     # times a cluster's warning (time limit, preemption) stopped it before it resumed
     Column("preemptions", Integer, nullable=False, server_default="0"),
+    # times it was lost without a word (its agent, job or host gone: SIGKILL, a node down, a
+    # heartbeat lapsed); each time it was handed out again, up to the sweep's max_retries
+    Column("losses", Integer, nullable=False, server_default="0"),
+    # the claim that handed it out last: a claim tried again after its reply was lost (the
+    # connection dropped after the commit) finds its run by it, and gets no second one
+    Column("ticket", Text),
     sqlite_autoincrement=True,
 )
 
@@ -133,6 +139,8 @@ _ADDED = {
         "devices": "TEXT",
         "agent_started": "REAL",
         "preemptions": "INTEGER NOT NULL DEFAULT 0",
+        "losses": "INTEGER NOT NULL DEFAULT 0",
+        "ticket": "TEXT",
     },
     "optimizer_lease": {"host": "TEXT", "started": "REAL"},
 }
