@@ -5,6 +5,7 @@ results.json, best.yaml)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ from trainer.sweep.agents.launched import JOB_DIR, AgentJob, StartAgents, env_ad
 from trainer.sweep.agents.outcome import INTERRUPT_CODES
 from trainer.sweep.report import leaderboard
 from trainer.sweep.search import dispatch
-from trainer.sweep.store.database import SweepStore
+from trainer.sweep.store.database import DEFAULT_MAX_RETRIES, SweepStore
 from trainer.sweep.store.directory import (
     create,
     find,
@@ -28,7 +29,7 @@ from trainer.sweep.store.directory import (
     sweep_id_of,
     write_sweep_yaml,
 )
-from trainer.sweep.store.opening import open_store, password_env
+from trainer.sweep.store.opening import open_store, password_env, reachable
 
 
 def _agent_argv(
@@ -53,6 +54,7 @@ def _agent_argv(
 def _create(
     config: dict, root: Path, directory: Path | None, storage: str | None = None
 ) -> tuple[str, SweepLayout, SweepStore]:
+    reachable(storage)  # a bad URL: the error now, and no sweep folder left behind
     sweep_id = new_id()
     layout = create(root, sweep_id, directory)
     store = open_store(layout.root, storage, sweep_id)
@@ -84,7 +86,9 @@ def _reopen(
     lost = store.mark_lost_runs()
     print(
         f"sweep {found}: resuming {layout.root}"
-        + (f" ({len(lost)} lost run(s) marked crashed: {', '.join(lost)})" if lost else ""),
+        + (
+            f" ({len(lost)} lost run(s) given back to the sweep: {', '.join(lost)})" if lost else ""
+        ),
         flush=True,
     )
     return found, layout, store
@@ -108,6 +112,20 @@ def _run_processes(argv: list[str], envs: list[dict[str, str]]) -> list[int]:
         return [p.wait() for p in procs]
 
 
+def _killed(slot: int, code: int) -> int:
+    """An agent killed by a signal (SIGKILL, the OOM killer) did not give up: the run it held is
+    lost and goes back to the sweep (its other agents resume it). Said here; counts as 0."""
+    if code >= 0:
+        return code
+    name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+    print(
+        f"agents: agent {slot} was killed ({name}); the run it held went back to the sweep for "
+        "the other agents",
+        flush=True,
+    )
+    return 0
+
+
 def run_sweep(
     config: dict,
     *,
@@ -123,6 +141,7 @@ def run_sweep(
     before_agents: Callable[[SweepLayout], None] | None = None,
     start_agents: StartAgents | None = None,
     storage: str | None = None,
+    max_retries: int = DEFAULT_MAX_RETRIES,
 ) -> dict:
     """Create (sweep_id None) or reopen (sweep_id given) the local sweep in `directory` (the
     user's hydra.sweep.dir) or <root>/sweeps/<sweep_id>/, run `agents` local agent processes
@@ -130,7 +149,8 @@ def run_sweep(
     the leaderboard, write results.json and best.yaml, and return the results dict.
     `before_agents(layout)` runs first (hydra.sweeper.prewarm). `start_agents` runs the
     agents as jobs of the user's Hydra launcher (None: local processes). `storage`: the
-    database URL holding the sweep's state (hydra.sweeper.storage; None: sweep.db)."""
+    database URL holding the sweep's state (hydra.sweeper.storage; None: sweep.db);
+    `max_retries`: how often a run lost with its agent, job or host is handed out again."""
     root = Path(root).resolve()
     directory = Path(directory).resolve() if directory is not None else None
     if sweep_id is None:
@@ -138,6 +158,7 @@ def run_sweep(
     else:
         sweep_id, layout, store = _reopen(sweep_id, root, directory, storage)
     store.set("state", "running")
+    store.set("max_retries", max_retries)  # how often the agents hand a lost run out again
     if devices is not None:  # the GPUs its agents hand out (gpu_slots), this command's choice
         store.set("devices", devices.to_dict())
     hint = join_command(sweep_id, root, layout.root)
@@ -153,14 +174,23 @@ def run_sweep(
     else:
         envs = [{**env, **password_env(storage)} for env in envs]
         codes = _run_processes(argv, envs)
+    res = _report(store, sweep_id, layout, [_killed(i, code) for i, code in enumerate(codes)])
+    store.close()
+    return res
+
+
+def _report(store: SweepStore, sweep_id: str, layout: SweepLayout, codes: list[int]) -> dict:
+    """Once the agents have ended: the sweep's state, its report (results.json, best.yaml,
+    sweep.png, the leaderboard) and the results with the agents' exit codes and the runs that
+    still wait to resume."""
     interrupted = [c for c in codes if c in INTERRUPT_CODES]
     gave_up = any(code != 0 and code not in INTERRUPT_CODES for code in codes)
     running = [r for r in store.runs() if r.state in ("running", "preempted")]
     state = "failed" if gave_up else ("running" if running else "finished")
     state = "interrupted" if interrupted and not gave_up else state
     store.set("state", dispatch.sweep_state(state, store).split(" ")[0])
-    res = leaderboard.write(store, sweep_id, layout)
+    res = leaderboard.write_final(store, sweep_id, layout)
     res["agent_exit_codes"] = codes
+    res["to_resume"] = [r.id for r in running if r.state == "preempted"]  # no agent took them
     leaderboard.print_leaderboard(res)
-    store.close()
     return res

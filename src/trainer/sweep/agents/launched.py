@@ -39,6 +39,15 @@ WARNING_TO_STOP_S = 0.5  # the warning reaches the trial before the SIGTERM that
 JOB_DIR = "agent-jobs"  # where a launched agent's Hydra job writes (beside the sweep's runs)
 
 
+def ended_by_cluster(signum: int | None, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether a signal an agent got is its cluster ending the job under it: SLURM's warning, or
+    SIGTERM inside a SLURM job (scancel, `scontrol requeue` and preemption, a time limit without
+    a warning, a node going down). Its run is then not its fault: it goes back to the sweep."""
+    if signum in WARNING_SIGNALS:
+        return True
+    return signum == signal.SIGTERM and bool(environ.get("SLURM_JOB_ID"))
+
+
 def launcher_name(target: str | None) -> str | None:
     """The `hydra/launcher` option whose class is `target` (None: one the sweeper cannot drive);
     no launcher configured reads as basic."""
@@ -176,6 +185,8 @@ class LauncherJobs:
         try:
             returns = launcher.launch([list(fixed) for _ in jobs], initial_job_idx=0)
         except Exception as err:  # a job ended without a result: not requeued, or lost
+            if self.name == SLURM:  # SLURM knows how each job ended; the others may still run
+                return self._settled(config, len(jobs))
             print(
                 f"agents: a {self.name} job ended without a result ({type(err).__name__}: "
                 f"{err}); other jobs may still run, and a preempted run waits for the next "
@@ -183,7 +194,17 @@ class LauncherJobs:
                 flush=True,
             )
             return [1 for _ in jobs]
+        if self.name == SLURM:  # a job's first exit may be a requeue: it comes back
+            return self._settled(config, len(jobs))
         return [_code(r) for r in returns]
+
+    @staticmethod
+    def _settled(config: Any, count: int) -> list[int]:
+        """The agents' exit codes once SLURM has ended every job for good."""
+        from trainer.sweep.agents import slurm_jobs
+
+        folder = str(config.hydra.launcher.submitit_folder)
+        return slurm_jobs.exit_codes(slurm_jobs.settle(folder, count))
 
 
 def fixed_task_overrides(config: Any) -> list[str]:
