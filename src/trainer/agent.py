@@ -61,7 +61,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-report",
         action="store_true",
-        help="do not refresh results.json / best.yaml nor print the leaderboard at the end",
+        help="do not print the leaderboard at the end (results.json and best.yaml are still "
+        "refreshed, and sweep.png drawn when the sweep has ended)",
     )
     return parser
 
@@ -123,13 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         return agent.run(args.count)
-    finally:
-        if not args.no_report:  # the sweep's files now include this agent's runs
-            from trainer.sweep.report import leaderboard
+    finally:  # the sweep's files now include this agent's runs (all of them, if it ends last)
+        from trainer.sweep.report import leaderboard
 
-            leaderboard.print_leaderboard(
-                leaderboard.write(agent.store, agent.sweep_id, agent.layout)
-            )
+        res = leaderboard.write_final(agent.store, agent.sweep_id, agent.layout)
+        if not args.no_report:
+            leaderboard.print_leaderboard(res)
 
 
 if __name__ == "__main__":

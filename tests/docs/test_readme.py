@@ -165,11 +165,13 @@ COMMANDS: dict[str, Run | NotRun] = {
     ),
     "python -m trainer -m sweep=lr_random hydra.sweeper.sweep_id=SWEEP_ID "
     "hydra.sweeper.rerun_crashed=true": NotRun(
-        "needs a crashed trial: "
-        "tests/sweep/agents/test_local_agent.py::test_kill_9_then_resume_loses_and_repeats_nothing"
+        "needs a trial that Ctrl-C interrupted: "
+        "tests/sweep/agents/test_interrupt.py::"
+        "test_ctrl_c_then_rerun_crashed_resumes_the_trial_in_place"
     ),
     "python -m trainer.sweep ls": Run("sweeps", ""),
     "python -m trainer.sweep show SWEEP_ID": Run("sweeps", ""),
+    "python -m trainer.sweep watch SWEEP_ID": Run("sweeps", ""),
     "head -1 outputs/sweeps/SWEEP_ID/best.yaml": Run("sweeps", ""),
     "python -m trainer sweep=tpe_optuna": Run("engines", "hydra.sweeper.dry_run=true"),
     "python -m trainer sweep=conditional_optuna": Run("engines", TRIAL),
@@ -533,6 +535,7 @@ def test_scenario_sweeps(shell):
     assert sweep_id in _type(shell, "python -m trainer.sweep ls").out
     _type(shell, "python -m trainer.sweep show SWEEP_ID", fill)
     assert (sweep_dir / "sweep.png").is_file()
+    assert "best:" in _type(shell, "python -m trainer.sweep watch SWEEP_ID", fill).out
     proc = _type(shell, "head -1 outputs/sweeps/SWEEP_ID/best.yaml", fill)
     assert "python -m trainer" in proc.out and "optimizer.lr=" in proc.out
     _all_typed("test_scenario_sweeps")

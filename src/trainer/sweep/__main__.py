@@ -1,6 +1,6 @@
-"""`python -m trainer.sweep [--storage URL] show SWEEP | ls`: a local sweep's leaderboard and plot
-(by id or directory), or the list of local sweeps with method, state and best metric; with
---storage, the sweeps kept in that database server."""
+"""`python -m trainer.sweep ls | show SWEEP | watch SWEEP [--storage URL]`: the list of local
+sweeps (or those kept in a database server), a sweep's leaderboard and plot (by id or
+directory), or a sweep followed live from any terminal until it ends."""
 
 from __future__ import annotations
 
@@ -18,11 +18,13 @@ from trainer.sweep.store.opening import open_store, open_sweep, recorded, sweep_
 from trainer.sweep.store.storage import Storage, shown
 
 
-def show(sweep: str, root: Path, storage: str | None = None) -> int:
+def _open(sweep: str, root: Path, storage: str | None) -> tuple[SweepStore, SweepLayout, str]:
+    """The sweep's store, directory and id: by id or directory here, or on the `storage`
+    server (its files then go to its directory here)."""
     if storage is None:
         layout = find("sweep", sweep, root)
         store = open_store(layout.root)
-    else:  # the sweep on that server; its files go to its directory here
+    else:
         try:
             layout = find("sweep", sweep, root)
         except UnknownSweep:
@@ -30,7 +32,12 @@ def show(sweep: str, root: Path, storage: str | None = None) -> int:
         store = open_sweep(
             storage, (recorded(layout.root) or {}).get("sweep_id") or sweep, layout.root
         )
-    res = leaderboard.write(store, sweep_id_of(store, layout), layout)
+    return store, layout, sweep_id_of(store, layout)
+
+
+def show(sweep: str, root: Path, storage: str | None = None) -> int:
+    store, layout, sweep_id = _open(sweep, root, storage)
+    res = leaderboard.write(store, sweep_id, layout)
     leaderboard.print_leaderboard(res)
     png = leaderboard.plot(store, res, layout.plot)
     print(f"wrote {png}")
@@ -106,28 +113,55 @@ def ls_storage(storage: str) -> int:
     return 0
 
 
-@exit_on_error
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainer.sweep", description=__doc__)
+def _common(parser: argparse.ArgumentParser, default: object = None) -> None:
+    """--root and --storage, taken before the subcommand or after it (as people type them)."""
     parser.add_argument(
         "--root",
-        default=None,
+        default=default,
         help="output root (default: paths.output_dir: $TRAINER_OUTPUT_DIR or outputs)",
     )
     parser.add_argument(
         "--storage",
-        default=None,
+        default=default,
         help="a sweep database server (hydra.sweeper.storage), e.g. "
-        "postgresql://user@host:5432/db: ls lists its sweeps, show reads the sweep there",
+        "postgresql://user@host:5432/db: ls lists its sweeps, show and watch read the sweep "
+        "there",
     )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m trainer.sweep", description=__doc__)
+    _common(parser)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("ls", help="list local sweeps (with --storage: the sweeps in that database)")
+    listing = sub.add_parser(
+        "ls", help="list local sweeps (with --storage: the sweeps in that database)"
+    )
     show_parser = sub.add_parser("show", help="leaderboard and sweep.png of one sweep")
     show_parser.add_argument("sweep", help="a sweep id (see ls) or a sweep directory")
-    args = parser.parse_args(argv)
+    watch_parser = sub.add_parser(
+        "watch",
+        help="follow a sweep from any terminal (its command may be gone: agents in jobs go on) "
+        "until it ends, then its leaderboard",
+    )
+    watch_parser.add_argument("sweep", help="a sweep id (see ls) or a sweep directory")
+    watch_parser.add_argument(
+        "--every", type=float, default=5.0, help="seconds between progress lines (default 5)"
+    )
+    for child in (listing, show_parser, watch_parser):
+        _common(child, argparse.SUPPRESS)  # after the subcommand too, without resetting
+    return parser
+
+
+@exit_on_error
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     root = Path(args.root) if args.root else output_root()
     if args.command == "ls":
         return ls(root) if args.storage is None else ls_storage(args.storage)
+    if args.command == "watch":
+        from trainer.sweep.report.watch import watch
+
+        return watch(_open(args.sweep, root, args.storage), args.every)
     return show(args.sweep, root, args.storage)
 
 

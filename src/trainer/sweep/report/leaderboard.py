@@ -75,7 +75,9 @@ def _entry(r: RunRecord, goals: list[dict[str, Any]], multi: bool) -> dict[str, 
         "log": r.log_path,
         "duration_s": r.duration_s,
         "epochs": len(r.history),
-        "preemptions": r.preemptions,
+        "preemptions": r.preemptions,  # stopped by the cluster with a checkpoint
+        "losses": r.losses,  # lost with its agent, job or host
+        "retries": r.preemptions + r.losses,  # handed out again after either
         **_compile_info(r.summary),
     }
     if multi:
@@ -143,6 +145,22 @@ def _best_text(config: dict, sweep_id: str, res: dict[str, Any]) -> str:
     lines = [f"# The {len(front)} Pareto-optimal run(s) of sweep {sweep_id} ({names}):"]
     lines += [f"# {key}: python -m trainer " + shlex.join(ov) for key, ov in doc.items()]
     return "\n".join(lines) + "\n" + yaml.safe_dump(doc, sort_keys=False)
+
+
+def write_final(store: SweepStore, sweep_id: str, layout: SweepLayout) -> dict[str, Any]:
+    """results.json and best.yaml, and sweep.png once no run of the sweep runs or waits to
+    resume: whoever ends last (an agent of any job or machine, or the sweep command) leaves the
+    sweep's whole report, even after the command that started it is gone."""
+    res = write(store, sweep_id, layout)
+    if any(r["state"] in ("running", "preempted") for r in res["runs"]):
+        return res
+    if store.get("state") == "running" and dispatch.sweep_state("finished", store) == "finished":
+        store.set("state", "finished")  # by its last agent: the command may be gone
+    ended = max((r.ended_at or 0.0 for r in store.runs()), default=0.0)
+    drawn = layout.plot.stat().st_mtime if layout.plot.is_file() else -1.0
+    if drawn < ended or drawn < 0:  # not drawn since the last run ended (by another agent)
+        plot(store, res, layout.plot)
+    return res
 
 
 def write(store: SweepStore, sweep_id: str, layout: SweepLayout) -> dict[str, Any]:
@@ -218,6 +236,27 @@ def leaderboard(res: dict[str, Any], *, with_params: bool) -> Table:
     return table
 
 
+def _times(n: int) -> str:
+    return "once" if n == 1 else f"{n} times"
+
+
+def _print_retries(console: Console, e: dict[str, Any]) -> None:
+    """How often the cluster took the run back (preempted with a checkpoint, or lost with its
+    agent, job or host), and whether it resumed."""
+    if e["state"] == "preempted":
+        resumed = "to resume"
+    elif e["state"] == "crashed" and e.get("losses"):
+        resumed = "not resumed again (hydra.sweeper.max_retries)"
+    else:
+        resumed = "resumed from its checkpoint"
+    if e.get("preemptions"):
+        console.print(f"preempted: {e['id']} {_times(e['preemptions'])}, {resumed}")
+    if e.get("losses"):
+        console.print(
+            f"lost: {e['id']} {_times(e['losses'])} (its agent, job or host gone), {resumed}"
+        )
+
+
 def print_leaderboard(res: dict[str, Any], console: Console | None = None) -> None:
     """The leaderboard on the console. The parameters share the table when they fit its width
     unbroken; otherwise (a narrow terminal, a log file: 80 columns) each run's parameters follow
@@ -244,10 +283,7 @@ def print_leaderboard(res: dict[str, Any], console: Console | None = None) -> No
             )
             console.print(text, highlight=False, soft_wrap=True, markup=False)
     for e in res["runs"]:
-        if e.get("preemptions"):
-            times = "once" if e["preemptions"] == 1 else f"{e['preemptions']} times"
-            resumed = "resumed from its checkpoint" if e["state"] != "preempted" else "to resume"
-            console.print(f"preempted: {e['id']} {times}, {resumed}")
+        _print_retries(console, e)
     metric = res["metric"] or {}
     if res["best"]:
         console.print(

@@ -3,6 +3,7 @@ two objectives the Pareto front; the best run, hyperband-stopped and pruned runs
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,11 @@ def plot(store: SweepStore, res: dict[str, Any], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig = figure(store, res)
-    fig.savefig(path, dpi=100)
+    path = Path(path)
+    part = path.with_name(f".{path.name}.{os.getpid()}.png")  # a reader never sees half of it
+    fig.savefig(part, dpi=100)
     plt.close(fig)
+    os.replace(part, path)
     return path
 
 
