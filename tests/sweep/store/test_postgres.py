@@ -235,3 +235,25 @@ def test_a_sweep_schema_of_an_earlier_release_gains_the_columns_added_since(post
     again = open_store(tmp_path / "sweep", postgres.url(), sweep_id)
     assert [r.id for r in again.runs()] == ["old"] and not again.run("old").superseded
     assert _claim(again, "new").agent_started is not None
+
+
+def test_a_reader_of_the_server_reads_and_never_writes(postgres, tmp_path):
+    from sqlalchemy.exc import DBAPIError
+
+    from tests.sweep.store.conftest import PASSWORD
+    from trainer.sweep.store.opening import open_reader
+
+    sweep_dir = tmp_path / "outputs" / "sweeps" / "s"
+    sweep_id, store = _new_sweep(postgres.url(), sweep_dir)
+    run = _claim(store, "a")
+    store.add_metrics(run.id, [{"epoch": 1, "val/acc": 0.5}], 0)
+    reader = open_reader(tmp_path / "elsewhere", postgres.url(), sweep_id)
+    assert reader.run("a").history == [{"epoch": 1, "val/acc": 0.5}]
+    with pytest.raises(DBAPIError, match="read-only transaction"):
+        reader.update("a", state="finished")
+    store.update("a", state="finished")
+    assert reader.run("a").state == "finished"  # it reads what the writers commit
+    assert PASSWORD not in reader.where
+    assert not (tmp_path / "elsewhere").exists()
+    reader.close()
+    store.close()
