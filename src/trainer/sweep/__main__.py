@@ -11,6 +11,7 @@ from pathlib import Path
 from trainer.errors import exit_on_error
 from trainer.layout import SweepLayout
 from trainer.sweep.report import leaderboard
+from trainer.sweep.report.dashboard import serving as dashboard
 from trainer.sweep.search import dispatch
 from trainer.sweep.store.database import SweepStore
 from trainer.sweep.store.directory import UnknownSweep, find, known, output_root, sweep_id_of
@@ -124,8 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("ls", help="list local sweeps (with --storage: the sweeps in that database)")
     show_parser = sub.add_parser("show", help="leaderboard and sweep.png of one sweep")
     show_parser.add_argument("sweep", help="a sweep id (see ls) or a sweep directory")
+    dashboard.add_parser(sub)
     args = parser.parse_args(argv)
     root = Path(args.root) if args.root else output_root()
+    if args.command == "dashboard":
+        return dashboard.main(args, root)
     if args.command == "ls":
         return ls(root) if args.storage is None else ls_storage(args.storage)
     return show(args.sweep, root, args.storage)
