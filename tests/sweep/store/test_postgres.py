@@ -5,6 +5,7 @@ password written nowhere, and clear errors for a server that cannot be reached o
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -256,4 +257,10 @@ def test_a_reader_of_the_server_reads_and_never_writes(postgres, tmp_path):
     assert PASSWORD not in reader.where
     assert not (tmp_path / "elsewhere").exists()
     reader.close()
+    from trainer.sweep.report.dashboard.catalog import Catalog
+
+    catalog = Catalog(tmp_path / "outputs", postgres.url(), sweep_id)  # the dashboard's
+    page = catalog.page(sweep_id).json()
+    assert '"id": "a"' in page and PASSWORD not in page + json.dumps(catalog.listing())
+    catalog.close()
     store.close()

@@ -4,6 +4,7 @@ store, its costly parts (the sweep's state, importance) kept while no run change
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,6 +120,13 @@ class Catalog:
                 entry = {"method": None, "state": f"unreadable: {err}", "runs": None}
             sweeps.append({"id": sweep_id, **entry})
         return {"where": self.where, "only": self.only, "sweeps": sweeps}
+
+    def warm(self) -> None:
+        """Read the named sweep once (Optuna and scikit-learn imported, importance computed),
+        so the browser's first poll finds it ready; a failure is the page's to show."""
+        if self.only is not None:
+            with contextlib.suppress(Exception):  # the first poll reports it
+                self.page(self.only).json()
 
     def close(self) -> None:
         for page in self._pages.values():

@@ -58,7 +58,9 @@ def curves(view: dict[str, Any]) -> go.Figure:
     runs = [r for r in view["runs"] if r["curves"].get(name)]
     if not runs:
         return _empty(title, f"no run has logged {name} yet")
-    fig = go.Figure(layout=_layout(title, STATES, xaxis={"title": {"text": "epoch"}}))
+    last = max(max(r["curves"]["epoch"]) for r in runs)
+    axis = {"title": {"text": "epoch"}, **({"dtick": 1} if last <= 20 else {})}  # whole epochs
+    fig = go.Figure(layout=_layout(title, STATES, xaxis=axis))
     for r in runs:
         ys = r["curves"][name]
         end = END.get(r["state"], "square")
@@ -214,6 +216,7 @@ def compile_cost(view: dict[str, Any]) -> go.Figure:
             subtitle,
             xaxis={"title": {"text": "steady step time (ms)"}},
             yaxis={"title": {"text": "compile time (s)"}, "rangemode": "tozero"},
+            showlegend=True,  # compiled or eager, also when every run is one of them
         )
     )
     kinds = (("compiled", True), ("eager", False), ("running (not summed up yet)", None))

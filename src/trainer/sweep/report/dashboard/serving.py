@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
@@ -125,6 +126,7 @@ def serve(catalog: Catalog, host: str, port: int) -> int:
         )
     else:
         print(f"listening on {host}: anyone who reaches it sees the page (no login)", flush=True)
+    threading.Thread(target=catalog.warm, daemon=True).start()
     try:
         server.serve_forever(poll_interval=0.5)
     except KeyboardInterrupt:
