@@ -8,6 +8,7 @@ import shlex
 import time
 from typing import Any
 
+from trainer.errors import TrainerError
 from trainer.sweep.report import leaderboard, pareto
 from trainer.sweep.spec.distributions import LOG_SCALE, distribution
 from trainer.sweep.store.database import RunRecord, SweepStore
@@ -87,8 +88,10 @@ def parameters(config: dict, rows: list[dict]) -> list[dict[str, Any]]:
 def view(store: SweepStore, sweep_id: str, where: str) -> dict[str, Any]:
     """The sweep's page data: its definition's essentials, counts by state and every run
     (ranked as the leaderboard ranks them); `where` names the store (password-free)."""
+    config = store.config
+    if config is None:
+        raise TrainerError(f"sweep {sweep_id} has no configuration yet: it is being created")
     records = store.runs()
-    config = store.config or {}
     res = leaderboard.results(store, sweep_id, records)
     goals = pareto.objectives(config)
     names = [g["name"] for g in goals]
