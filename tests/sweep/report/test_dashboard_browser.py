@@ -28,6 +28,9 @@ FLAGS = (
     "--disable-sync",
     "--no-first-run",
     "--window-size=1400,1500",
+    # Parallel coordinates draw with WebGL: without a GPU chromium renders it in software only
+    # when asked (its automatic fallback is deprecated); the page is our own, so it may.
+    "--enable-unsafe-swiftshader",
 )
 CONFIG = {
     "method": "random",

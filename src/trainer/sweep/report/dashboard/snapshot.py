@@ -112,5 +112,4 @@ def view(store: SweepStore, sweep_id: str, where: str) -> dict[str, Any]:
         "best": (res["best"] or {}).get("id"),
         "pareto_front": [e["id"] for e in res.get("pareto_front") or ()],
         "runs": rows,
-        "read_at": time.time(),
     }
