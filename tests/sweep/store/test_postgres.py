@@ -263,4 +263,8 @@ def test_a_reader_of_the_server_reads_and_never_writes(postgres, tmp_path):
     page = catalog.page(sweep_id).json()
     assert '"id": "a"' in page and PASSWORD not in page + json.dumps(catalog.listing())
     catalog.close()
+    every = Catalog(tmp_path / "outputs", postgres.url())  # no sweep named: the server's list
+    listing = every.listing()
+    assert sweep_id in [s["id"] for s in listing["sweeps"]] and PASSWORD not in json.dumps(listing)
+    every.close()
     store.close()
