@@ -1,5 +1,5 @@
 """One sweep as the dashboard shows it, in JSON-ready values: every run's leaderboard row, curve,
-timings and command line, read in one snapshot of a read-only store."""
+timings and command line, its runs read in one snapshot of a read-only store."""
 
 from __future__ import annotations
 
