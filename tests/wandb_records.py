@@ -71,3 +71,13 @@ def run_history(path: str | Path) -> list[dict[str, Any]]:
                 }
             )
     return rows
+
+
+def run_metrics(path: str | Path) -> dict[str, str]:
+    """The run's `define_metric` declarations: metric name or glob → its step metric."""
+    declared = {}
+    for record in records(path):
+        if record.WhichOneof("record_type") == "metric":
+            metric = record.metric
+            declared[metric.name or metric.glob_name] = metric.step_metric
+    return declared

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.config import ConfigError, LoggerConfig
+from trainer.metrics import EPOCH_METRICS
 
 log = logging.getLogger(__name__)
 
@@ -138,8 +139,17 @@ def start_tracker(
         **_resume_args(resume_id),
         settings=wandb.Settings(console="off", silent=True, x_disable_stats=True),
     )
+    declare_epoch_axis(run)
     log.info("W&B run %s (%s) in %s", run.id, mode, Path(run.dir).parent)
     return Tracker(run)
+
+
+def declare_epoch_axis(run: Any) -> None:
+    """Plot every epoch metric (`train/*`, `val/*`, `perf/*`) against `epoch` in W&B's charts,
+    not against W&B's logging step: a synced offline run and a server sweep line up by epoch."""
+    run.define_metric("epoch")
+    for prefix in sorted({name.split("/")[0] for name in EPOCH_METRICS}):
+        run.define_metric(f"{prefix}/*", step_metric="epoch")
 
 
 def _resume_args(resume_id: str | None) -> dict[str, Any]:

@@ -253,6 +253,27 @@ COMMANDS: dict[str, Run | NotRun] = {
         "needs a PostgreSQL server at db.example; ls on a real one: "
         "tests/sweep/store/test_postgres.py::test_the_password_is_written_nowhere"
     ),
+    'pip install -e ".[dashboard]"': NotRun("installs from a package index (network)"),
+    "python -m trainer.sweep dashboard SWEEP_ID": NotRun(
+        "serves until Ctrl-C; the same command on a real sweep, opened in headless chromium: "
+        "tests/sweep/report/test_dashboard_browser.py::"
+        "test_the_page_shows_every_run_and_chart_and_a_new_run_without_reload"
+    ),
+    "python -m trainer.sweep dashboard": NotRun(
+        "serves until Ctrl-C; the list of sweeps it serves: tests/sweep/report/test_dashboard.py::"
+        "test_the_server_answers_the_page_and_leaves_the_store_untouched"
+    ),
+    "python -m trainer.sweep dashboard --storage postgresql://sweeper@db.example:5432/sweeps": NotRun(
+        "needs a PostgreSQL server at db.example; the dashboard's reader on a real one: "
+        "tests/sweep/store/test_postgres.py::test_a_reader_of_the_server_reads_and_never_writes"
+    ),
+    "python -m trainer.sweep dashboard SWEEP_ID --port 0": NotRun(
+        "serves until Ctrl-C; the browser test starts it so: tests/sweep/report/"
+        "test_dashboard_browser.py::test_the_page_shows_every_run_and_chart_and_a_new_run_without_reload"
+    ),
+    "ssh -N -L 8765:127.0.0.1:8765 login.cluster.example": NotRun(
+        "an SSH tunnel to another machine (login.cluster.example is an example)"
+    ),
     "python -m benchmarks.sweep_cluster": NotRun(
         "three whole sweeps and SLURM jobs; tests/benchmarks/test_benchmarks.py::"
         "test_sweep_cluster_writes_its_table runs it reduced"

@@ -11,7 +11,7 @@ import torchvision
 import yaml
 
 from tests.conftest import FAST
-from tests.wandb_records import run_config, run_history
+from tests.wandb_records import run_config, run_history, run_metrics
 from trainer import checkpoint as ckpt
 from trainer.config import ConfigError
 from trainer.run import run
@@ -207,6 +207,8 @@ def test_wandb_offline_run_has_flat_config(cfg_factory, tmp_path):
     assert len(keys) == len(set(keys))
     history = run_history(record_file)
     assert len(history) == 1 and history[0]["epoch"] == 1 and "val/acc" in history[0]
+    declared = run_metrics(record_file)  # W&B plots the epoch metrics against epoch
+    assert {declared[g] for g in ("train/*", "val/*", "perf/*")} == {"epoch"}
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
-"""`python -m trainer.sweep ls | show SWEEP | watch SWEEP [--storage URL]`: the list of local
-sweeps (or those kept in a database server), a sweep's leaderboard and plot (by id or
-directory), or a sweep followed live from any terminal until it ends."""
+"""`python -m trainer.sweep ls | show SWEEP | watch SWEEP | dashboard [SWEEP] [--storage URL]`:
+the list of local sweeps (or those kept in a database server), a sweep's leaderboard and plot
+(by id or directory), a sweep followed from any terminal until it ends, or its live web page."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 from trainer.errors import exit_on_error
 from trainer.layout import SweepLayout
 from trainer.sweep.report import leaderboard
+from trainer.sweep.report.dashboard import serving as dashboard
 from trainer.sweep.search import dispatch
 from trainer.sweep.store.database import SweepStore
 from trainer.sweep.store.directory import UnknownSweep, find, known, output_root, sweep_id_of
@@ -147,7 +148,8 @@ def _parser() -> argparse.ArgumentParser:
     watch_parser.add_argument(
         "--every", type=float, default=5.0, help="seconds between progress lines (default 5)"
     )
-    for child in (listing, show_parser, watch_parser):
+    serving = dashboard.add_parser(sub)
+    for child in (listing, show_parser, watch_parser, serving):
         _common(child, argparse.SUPPRESS)  # after the subcommand too, without resetting
     return parser
 
@@ -156,6 +158,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     root = Path(args.root) if args.root else output_root()
+    if args.command == "dashboard":
+        return dashboard.main(args, root)
     if args.command == "ls":
         return ls(root) if args.storage is None else ls_storage(args.storage)
     if args.command == "watch":

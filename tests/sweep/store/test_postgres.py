@@ -5,6 +5,7 @@ password written nowhere, and clear errors for a server that cannot be reached o
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -247,3 +248,35 @@ def test_a_sweep_schema_of_an_earlier_release_gains_the_columns_added_since(post
     again = open_store(tmp_path / "sweep", postgres.url(), sweep_id)
     assert [r.id for r in again.runs()] == ["old"] and not again.run("old").superseded
     assert _claim(again, "new").agent_started is not None
+
+
+def test_a_reader_of_the_server_reads_and_never_writes(postgres, tmp_path):
+    from sqlalchemy.exc import DBAPIError
+
+    from tests.sweep.store.conftest import PASSWORD
+    from trainer.sweep.store.opening import open_reader
+
+    sweep_dir = tmp_path / "outputs" / "sweeps" / "s"
+    sweep_id, store = _new_sweep(postgres.url(), sweep_dir)
+    run = _claim(store, "a")
+    store.add_metrics(run.id, [{"epoch": 1, "val/acc": 0.5}], 0)
+    reader = open_reader(tmp_path / "elsewhere", postgres.url(), sweep_id)
+    assert reader.run("a").history == [{"epoch": 1, "val/acc": 0.5}]
+    with pytest.raises(DBAPIError, match="read-only transaction"):
+        reader.update("a", state="finished")
+    store.update("a", state="finished")
+    assert reader.run("a").state == "finished"  # it reads what the writers commit
+    assert PASSWORD not in reader.where
+    assert not (tmp_path / "elsewhere").exists()
+    reader.close()
+    from trainer.sweep.report.dashboard.catalog import Catalog
+
+    catalog = Catalog(tmp_path / "outputs", postgres.url(), sweep_id)  # the dashboard's
+    page = catalog.page(sweep_id).json()
+    assert '"id": "a"' in page and PASSWORD not in page + json.dumps(catalog.listing())
+    catalog.close()
+    every = Catalog(tmp_path / "outputs", postgres.url())  # no sweep named: the server's list
+    listing = every.listing()
+    assert sweep_id in [s["id"] for s in listing["sweeps"]] and PASSWORD not in json.dumps(listing)
+    every.close()
+    store.close()

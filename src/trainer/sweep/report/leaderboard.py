@@ -85,13 +85,17 @@ def _entry(r: RunRecord, goals: list[dict[str, Any]], multi: bool) -> dict[str, 
     return entry
 
 
-def results(store: SweepStore, sweep_id: str) -> dict[str, Any]:
+def results(
+    store: SweepStore, sweep_id: str, records: list[RunRecord] | None = None
+) -> dict[str, Any]:
     """The results dict (also results.json): every run, ranked by the sweep metric; with
-    multi-objective `metrics`, the Pareto front (finished runs) first, marked `pareto`."""
+    multi-objective `metrics`, the Pareto front (finished runs) first, marked `pareto`.
+    `records`: the store's runs when the caller read them already (one snapshot)."""
     config = store.config
     metric, goals = config.get("metric"), pareto.objectives(config)
     multi = isinstance(config.get("metrics"), list)
-    runs = [_entry(r, goals, multi) for r in store.runs() if not r.superseded]
+    records = store.runs() if records is None else records
+    runs = [_entry(r, goals, multi) for r in records if not r.superseded]
     res: dict[str, Any] = {
         "sweep_id": sweep_id,
         "backend": "local",
@@ -178,15 +182,21 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _cache_hits(entry: dict[str, Any]) -> str:
-    """'hits/misses' of the compile caches (FX graph, AOTAutograd) in one run; '-' if eager."""
+def cache_counts(entry: dict[str, Any]) -> tuple[int, int] | None:
+    """(hits, misses) of the compile caches (FX graph, AOTAutograd) in one run; None if eager."""
     if not entry.get("compiled"):
-        return "-"
+        return None
 
     def total(kind: str) -> int:
         return int(sum(v for k, v in entry.items() if kind in k and isinstance(v, int | float)))
 
-    return f"{total('cache_hit')}/{total('cache_miss')}"
+    return total("cache_hit"), total("cache_miss")
+
+
+def _cache_hits(entry: dict[str, Any]) -> str:
+    """'hits/misses' of the compile caches in one run; '-' if eager."""
+    counts = cache_counts(entry)
+    return "-" if counts is None else f"{counts[0]}/{counts[1]}"
 
 
 def _params(entry: dict[str, Any]) -> str:

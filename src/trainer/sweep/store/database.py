@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, Connection, delete, func, select, tuple_, update
+from sqlalchemy import ColumnElement, Connection, delete, func, inspect, select, tuple_, update
 from sqlalchemy.schema import CreateSchema
 
 from trainer.errors import TrainerError
@@ -71,14 +71,48 @@ class SweepStore:
     """The store of one sweep: `<sweep dir>/sweep.db` (`path`), or the sweep's schema in the
     PostgreSQL database of `storage` (trainer.sweep.store.opening.open_store picks)."""
 
-    def __init__(self, path: str | Path | None = None, *, storage: Storage | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        storage: Storage | None = None,
+        read_only: bool = False,
+    ) -> None:
+        """`read_only`: a reader (the dashboard) that never creates, upgrades or writes the
+        store, through an engine that cannot write (storage.make_engine)."""
         self.storage = storage if storage is not None else Storage.sqlite(path)
         self.path = Path(path) if path is not None else None
         self.where = str(self.path) if self.path is not None else self.storage.shown
         self.claiming: Connection | None = None  # the claim transaction in progress, if any
-        self.engine = make_engine(self.storage)
+        self.engine = make_engine(self.storage, read_only=read_only)
         check(self.engine, self.storage)  # an unreachable server: a clear error now
-        self._create()
+        if read_only:
+            self._check_readable()
+        else:
+            self._create()
+
+    @retrying
+    def _check_readable(self) -> None:
+        """A reader's check: the store holds a sweep with this release's tables and columns
+        (an older store gains them when a writer opens it, e.g. `trainer.sweep show`)."""
+        schema, read = self.storage.schema, (t.sweep, t.runs, t.metrics)
+        with self.reading() as db:
+            found = inspect(db)
+            tables = set(found.get_table_names(schema=schema))
+            if not all(table.name in tables for table in read):
+                raise TrainerError(f"{self.where} holds no sweep store (no runs or metrics table)")
+            lacking = []
+            for table in read:
+                have = {c["name"] for c in found.get_columns(table.name, schema=schema)}
+                lacking += [f"{table.name}.{c.name}" for c in table.columns if c.name not in have]
+            version = self.get(t.VERSION_KEY, db=db)
+        if lacking or (version is not None and version > t.SCHEMA_VERSION):
+            raise TrainerError(
+                f"the sweep store {self.where} has schema version {version} (this release reads "
+                f"{t.SCHEMA_VERSION}; missing: {', '.join(lacking) or 'nothing'}): open an older "
+                "store once with python -m trainer.sweep show, which upgrades it, or read a newer "
+                "one with the release that wrote it."
+            )
 
     @retrying
     def _create(self) -> None:

@@ -62,6 +62,22 @@ def open_store(
     return store
 
 
+def open_reader(
+    sweep_dir: str | Path, storage: str | None = None, sweep_id: str | None = None
+) -> SweepStore:
+    """The store of the sweep in `sweep_dir` (resolved as `open_store` does), opened to read
+    only: nothing is created, upgraded, recorded or written, on SQLite or PostgreSQL."""
+    layout = SweepLayout(Path(sweep_dir))
+    known = recorded(layout.root) if layout.root.is_dir() else None
+    url = storage or (known or {}).get("url")
+    if url is None:
+        if not layout.db.is_file():
+            raise TrainerError(f"{layout.root}: no sweep.db (nor storage.yaml) there")
+        return SweepStore(layout.db, read_only=True)
+    sweep_id = sweep_id or (known or {}).get("sweep_id") or layout.root.name
+    return SweepStore(storage=Storage.server(url, sweep_id), read_only=True)
+
+
 def password_env(storage: str | None) -> dict[str, str]:
     """What an agent started for this sweep needs in its environment to log in when the URL
     carries the password: `PGPASSWORD` (start it by directory or with the password-free URL,

@@ -5,18 +5,22 @@ Optuna's `storage=`), that PostgreSQL server, through psycopg 3 (the `[postgres]
 The password comes from the URL, `PGPASSWORD` or `~/.pgpass` (libpq reads the last two) and is
 never stored or printed: `Storage.shown` is the URL without it. Engines: SQLite keeps WAL, a
 60 s busy timeout and `BEGIN IMMEDIATE` for writers (SQLAlchemy's pysqlite recipe); PostgreSQL
-pings pooled connections before use and gives each sweep its own schema `sweep_<id>`."""
+pings pooled connections before use and gives each sweep its own schema `sweep_<id>`. A
+reader's engine (`read_only=True`, the dashboard) cannot write: PostgreSQL's read-only
+transactions; SQLite's `mode=ro`, `immutable=1` while no writer has the file open."""
 
 from __future__ import annotations
 
 import hashlib
 import re
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+from sqlalchemy.pool import NullPool
 
 from trainer.errors import TrainerError
 
@@ -116,14 +120,40 @@ def _sqlite_engine(storage: Storage) -> Engine:
     return engine
 
 
-def _postgres_engine(storage: Storage) -> Engine:
+def _sqlite_reader(storage: Storage) -> Engine:
+    """An engine that only reads the SQLite file: each connection opens it `mode=ro`, and
+    `immutable=1` while no writer holds it (no -wal file: its last writer closed and
+    checkpointed), since even a read-only connection to a WAL database leaves -wal and -shm
+    files behind. Connections are not pooled: each read decides afresh."""
+    path = Path(storage.url.database).resolve()
+
+    def connect() -> sqlite3.Connection:
+        quiet = not path.with_name(path.name + "-wal").exists()
+        uri = f"{path.as_uri()}?mode=ro" + ("&immutable=1" if quiet else "")
+        return sqlite3.connect(
+            uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+        )
+
+    engine = create_engine("sqlite://", creator=connect, poolclass=NullPool)
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN")
+
+    return engine
+
+
+def _postgres_engine(storage: Storage, read_only: bool = False) -> Engine:
+    connect_args: dict = {"connect_timeout": CONNECT_TIMEOUT_S}
+    if read_only:  # the server refuses every write of this engine's transactions
+        connect_args["options"] = "-c default_transaction_read_only=on"
     try:
         engine = create_engine(
             storage.url,
             pool_pre_ping=True,
             pool_size=2,
             max_overflow=4,
-            connect_args={"connect_timeout": CONNECT_TIMEOUT_S},
+            connect_args=connect_args,
         )
     except (ImportError, NoSuchModuleError) as err:
         raise StorageError(
@@ -135,12 +165,15 @@ def _postgres_engine(storage: Storage) -> Engine:
     return engine
 
 
-def make_engine(storage: Storage) -> Engine:
-    """The engine of `storage` (StorageError when its driver is not installed)."""
+def make_engine(storage: Storage, *, read_only: bool = False) -> Engine:
+    """The engine of `storage` (StorageError when its driver is not installed); with
+    `read_only`, one that cannot write (see the module's doc)."""
+    if storage.is_sqlite and read_only:
+        return _sqlite_reader(storage)
     if storage.is_sqlite:
         Path(storage.url.database).parent.mkdir(parents=True, exist_ok=True)
         return _sqlite_engine(storage)
-    return _postgres_engine(storage)
+    return _postgres_engine(storage, read_only)
 
 
 def reason(err: BaseException) -> str:
