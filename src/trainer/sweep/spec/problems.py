@@ -183,7 +183,7 @@ def check_sweep(
     """Raise ConfigError listing every problem of `config`, and the `more` found elsewhere."""
     problems = [*sweep_problems(config, keys, groups), *more]
     if problems:
-        listed = "; ".join(f"({i}) {p}" for i, p in enumerate(problems, 1))
+        listed = "; ".join(f"({i}) {p.rstrip('.')}" for i, p in enumerate(problems, 1))
         raise ConfigError(
             f"The sweep configuration has {len(problems)} problem(s), nothing was run: {listed}. "
             "Fix them in conf/sweep/ or in the hydra.sweeper.* overrides."
