@@ -68,6 +68,21 @@ def test_bf16_where_the_device_cannot(monkeypatch):
 
 
 @pytest.mark.slow
+def test_a_diverging_run_is_an_outcome_exit_3_without_traceback(tmp_path):
+    proc = run_cli(
+        "optimizer.lr=1e8", "compile=off", "trainer.max_epochs=1", "logger=none",
+        cwd=tmp_path, env={"TRAINER_OUTPUT_DIR": str(tmp_path)}, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout and "Error executing job" not in proc.stderr
+    said = [line for line in proc.stderr.splitlines() if line.startswith("diverged:")]
+    assert len(said) == 1 and "optimizer.lr" in said[0] and "trainer.grad_clip" in said[0]
+    (summary,) = tmp_path.glob("runs/*/*/summary.json")
+    doc = json.loads(summary.read_text())
+    assert doc["status"] == "diverged" and doc["diverged"]["epoch"] == 1
+
+
+@pytest.mark.slow
 def test_multirun_four_jobs_with_own_dirs_and_wandb_runs(tmp_path):
     out = tmp_path / "outputs"
     proc = run_cli(

@@ -76,6 +76,8 @@ def _entry(r: RunRecord, goals: list[dict[str, Any]], multi: bool) -> dict[str, 
         "duration_s": r.duration_s,
         "epochs": len(r.history),
         "preemptions": r.preemptions,
+        # a failed run whose loss stopped being finite (its summary says so): shown "diverged"
+        "diverged": r.state == "failed" and (r.summary or {}).get("status") == "diverged",
         **_compile_info(r.summary),
     }
     if multi:
@@ -208,7 +210,7 @@ def leaderboard(res: dict[str, Any], *, with_params: bool) -> Table:
             str(i),
             e["id"],
             *_metric_cells(res, e),
-            e["state"],
+            "diverged" if e.get("diverged") else e["state"],
             "-" if dur is None else f"{dur:.1f}s",
             "-" if e.get("compile_s") is None else f"{e['compile_s']:.2f}",
             *([",".join(e.get("devices") or ()) or "-"] * gpus),
