@@ -86,6 +86,16 @@ def _check_overrides(argv: list[str]) -> None:
     check_overrides(argv)
 
 
+@exit_on_error
+def _refuse_torchrun_misuse(argv: list[str]) -> None:
+    from trainer.distributed import refuse_misuse
+    from trainer.overrides import chosen
+
+    strategy = chosen(argv, "trainer.strategy")
+    if strategy is not None:
+        refuse_misuse(str(strategy))
+
+
 def cli() -> None:
     """The console entry: a sweep trial's argv gets its exact values, a sweep definition runs as
     a sweep, the torchrun ranks agree on one run directory (each a no-op otherwise), then Hydra
@@ -99,6 +109,7 @@ def cli() -> None:
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         from trainer.distributed import agree_run_time
 
+        _refuse_torchrun_misuse(sys.argv)  # before any rank writes or logs into a run dir
         agree_run_time()
     main()
 

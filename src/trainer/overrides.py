@@ -152,12 +152,6 @@ def _compose_error(
 ) -> Exception | None:
     """What composing the command line raises with `suspect` choosing `option` (a sweep
     override becomes its first value), or None."""
-    from hydra._internal.hydra import Hydra
-    from hydra._internal.utils import create_config_search_path
-    from hydra.core.config_search_path import SearchPathQuery
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.types import RunMode
-
     plain = []
     for o in overrides:
         if o is suspect and option is not None:
@@ -167,6 +161,22 @@ def _compose_error(
             plain += [f"{o.get_key_element()}={first[0]}"] if first else []
         else:
             plain.append(o.input_line)
+    try:
+        compose(app, args, plain, multirun=True)
+    except Exception as err:  # noqa: BLE001 (what Hydra would report)
+        return err
+    return None
+
+
+def compose(app: App, args: Any, overrides: list[str], *, multirun: bool = False) -> Any:
+    """The config Hydra composes for `overrides` (Hydra's flags `args`: --config-dir,
+    --config-name), on the search path Hydra's own `main` builds; Hydra's error otherwise."""
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import create_config_search_path
+    from hydra.core.config_search_path import SearchPathQuery
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+
     search_path = create_config_search_path(conf_dir())
     if args.config_dir is not None:
         search_path.prepend(
@@ -176,9 +186,21 @@ def _compose_error(
         )
     try:
         hydra = Hydra.create_main_hydra2(task_name=app.config_name, config_search_path=search_path)
-        hydra.compose_config(args.config_name or app.config_name, plain, RunMode.MULTIRUN)
-    except Exception as err:  # noqa: BLE001 (what Hydra would report)
-        return err
+        mode = RunMode.MULTIRUN if multirun else RunMode.RUN
+        return hydra.compose_config(args.config_name or app.config_name, overrides, mode)
     finally:
         GlobalHydra.instance().clear()
-    return None
+
+
+def chosen(argv: list[str], key: str, app: App = TRAIN) -> Any:
+    """The value of `key` in the config that argv composes (None when it does not compose:
+    Hydra then says why)."""
+    parsed = parse_argv(argv)
+    if parsed is None:
+        return None
+    from omegaconf import OmegaConf
+
+    try:
+        return OmegaConf.select(compose(app, parsed[0], parsed[0].overrides), key)
+    except Exception:  # noqa: BLE001 (Hydra reports it when it composes for real)
+        return None
