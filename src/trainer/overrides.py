@@ -13,6 +13,16 @@ from trainer.config import GROUP_SCHEMAS, EvalConfig
 from trainer.config_rules import ConfigError, one_of, unknown_key_message
 from trainer.layout import conf_dir
 
+_LAUNCHER = "hydra/launcher"
+# Hydra's launcher plugins by the option they add, and the package that installs each.
+_LAUNCHER_PACKAGES = {
+    "joblib": "hydra-joblib-launcher",
+    "submitit_local": "hydra-submitit-launcher",
+    "submitit_slurm": "hydra-submitit-launcher",
+    "ray": "hydra-ray-launcher",
+    "ray_aws": "hydra-ray-launcher",
+    "rq": "hydra-rq-launcher",
+}
 # Flags with which Hydra composes nothing of the app's own (help texts, shell completion).
 _NO_COMPOSE = ("help", "hydra_help", "shell_completion", "info")
 
@@ -72,6 +82,9 @@ def check_overrides(argv: list[str], app: App = TRAIN) -> None:
         key = o.key_or_group
         if o.package is not None or o.is_add() or o.is_force_add() or o.is_delete():
             continue
+        if key == _LAUNCHER:
+            suspects += [(o, v) for v in _choices(o) if v not in _launchers()]
+            continue
         if key == "hydra" or key.startswith(("hydra.", "hydra/")) or "/" in key:
             continue
         if key in app.groups:
@@ -106,6 +119,15 @@ def _choices(override: Any) -> list[str]:
     return [value] if isinstance(value, str) else []
 
 
+def _launchers() -> set[str]:
+    """The hydra/launcher options Hydra's plugins registered (the scan Hydra runs anyway)."""
+    from hydra.core.config_store import ConfigStore
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance()  # imports every hydra_plugins module: their configs are stored
+    return {name.removesuffix(".yaml") for name in ConfigStore.instance().list(_LAUNCHER)}
+
+
 def _option_file(group: str, option: str) -> Path:
     return Path(conf_dir()) / group / f"{option}.yaml"
 
@@ -133,12 +155,20 @@ def _confirm(app: App, args: Any, overrides: list[Any], suspects: list[tuple[Any
     for suspect, option in suspects:
         key = suspect.key_or_group
         err = _compose_error(app, args, overrides, suspect, option)
-        if isinstance(err, MissingConfigException) and option is not None and err.options:
+        missing = isinstance(err, MissingConfigException) and option is not None
+        if missing and key == _LAUNCHER and option in _LAUNCHER_PACKAGES:
+            raise ConfigError(
+                f"{key}={option} needs Hydra's {option} launcher plugin, which is not installed "
+                f"here; pip install {_LAUNCHER_PACKAGES[option]} (or choose another launcher: "
+                f"{', '.join(sorted(err.options or ()))})."
+            )
+        if missing and err.options:
+            where = "Hydra's launcher plugins here, and" if key == _LAUNCHER else f"conf/{key}/,"
             one_of(
                 key,
                 option,
                 tuple(sorted(err.options)),
-                where=f" (the .yaml files of conf/{key}/, --config-dir and hydra.searchpath)",
+                where=f" ({where} {key}/ of --config-dir and hydra.searchpath)",
             )
         if isinstance(err, ConfigCompositionException) and str(err).startswith(
             "Could not override"

@@ -38,6 +38,8 @@ def _one_paragraph(proc: subprocess.CompletedProcess, *words: str) -> str:
         (["sweep=lr_random", "optimizer.weight_decy=0,0.1"], ["optimizer.weight_decay"]),
         (["-m", "model=small_cnn,resnet19"], ["model='resnet19'"]),
         (["sweep=lr_rando"], ["Did you mean sweep=lr_random?"]),
+        (["sweep=lr_random", "hydra/launcher=joblb"], ["Did you mean hydra/launcher=joblib?"]),
+        (["sweep=lr_random", "hydra/launcher=rq"], ["pip install hydra-rq-launcher"]),
     ],
 )
 def test_typo_is_our_paragraph_exit_2(args, words, tmp_path):

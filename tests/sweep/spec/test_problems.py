@@ -147,6 +147,13 @@ def test_all_problems_are_reported_at_once():
         assert part in message
 
 
+def test_run_cap_0_is_one_problem_not_two():
+    problems = sweep_problems(sweep(run_cap=0), KEYS, GROUPS)
+    assert [p for p in problems if "run_cap" in p] == [
+        "run_cap 0 must be a positive integer (or left out)"
+    ]
+
+
 def test_schema_violations_name_the_offending_key():
     from trainer.sweep.spec.problems import schema_problems
 
