@@ -202,3 +202,13 @@ def test_a_failed_runs_reason_is_its_last_error_line():
     assert report.failure_reason(tail).startswith("torch.OutOfMemoryError: CUDA out of memory")
     assert report.failure_reason("a\nkilled by SIGKILL\n") == "killed by SIGKILL"
     assert report.failure_reason(None) is None
+
+
+def test_a_sweep_stopped_with_runs_left_says_how_many_and_how_to_go_on():
+    from trainer.sweep.local import runs_left
+
+    line = runs_left("abc", "stopped (2/4 runs)", "python -m trainer.agent abc")
+    assert line == (
+        "sweep abc stopped with runs left (2/4 runs): its agents took their "
+        "hydra.sweeper.count; go on with python -m trainer.agent abc"
+    )

@@ -158,9 +158,22 @@ def run_sweep(
     running = [r for r in store.runs() if r.state in ("running", "preempted")]
     state = "failed" if gave_up else ("running" if running else "finished")
     state = "interrupted" if interrupted and not gave_up else state
-    store.set("state", dispatch.sweep_state(state, store).split(" ")[0])
+    shown = dispatch.sweep_state(state, store)
+    store.set("state", shown.split(" ")[0])
     res = leaderboard.write(store, sweep_id, layout)
     res["agent_exit_codes"] = codes
     leaderboard.print_leaderboard(res)
+    if shown.startswith("stopped"):
+        print(runs_left(sweep_id, shown, hint), flush=True)
     store.close()
     return res
+
+
+def runs_left(sweep_id: str, shown: str, hint: str) -> str:
+    """What a sweep whose agents ended with runs left says (they took hydra.sweeper.count each,
+    or stopped early): how many ran and how to go on."""
+    done = shown.removeprefix("stopped").strip(" ()")
+    return (
+        f"sweep {sweep_id} stopped with runs left ({done}): its agents took their "
+        f"hydra.sweeper.count; go on with {hint}"
+    )
