@@ -165,9 +165,10 @@ def sweep_problems(
             f"{', '.join(EPOCH_METRICS)}"
         )
     cap = config.get("run_cap")
-    if cap is not None and (not isinstance(cap, int) or cap <= 0):  # ours, not the schema's too
-        problems = [p for p in problems if not p.startswith("W&B schema: run_cap")]
-        problems.append(f"run_cap {cap!r} must be a positive integer (or left out)")
+    if cap is not None and (not isinstance(cap, int) or cap <= 0):
+        ours = f"run_cap {cap!r} must be a positive integer (or left out)"
+        schema = [p for p in problems if p.startswith("W&B schema: run_cap")]  # one problem
+        problems = [p for p in problems if p not in schema] + ["; ".join([*schema, ours])]
     keyset = set(keys)
     for key, spec in (config.get("parameters") or {}).items():
         problems.extend(parameter_problems(key, spec, method, keyset, groups))
