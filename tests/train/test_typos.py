@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT, run_cli
+from trainer.config import ConfigError
 from trainer.overrides import check_overrides
 
 
@@ -30,11 +31,22 @@ def _one_paragraph(proc: subprocess.CompletedProcess, *words: str) -> str:
     [
         (["trainer.max_epoch=1"], ["trainer.max_epoch", "Did you mean trainer.max_epochs?"]),
         (["model=resnet19"], ["model='resnet19'", "small_cnn", "Did you mean model=resnet18?"]),
-        (["max_epochs=1"], ["max_epochs is not a known setting", "trainer"]),
         (
             ["sweep=lr_random", "trainer.max_epoch=1"],
             ["trainer.max_epoch", "Did you mean trainer.max_epochs?"],
         ),
+    ],
+)
+def test_typo_is_our_paragraph_exit_2(args, words, tmp_path):
+    proc = run_cli(*args, cwd=tmp_path, env={"TRAINER_OUTPUT_DIR": str(tmp_path)}, timeout=60)
+    _one_paragraph(proc, *words)
+    assert not any(tmp_path.iterdir())  # nothing ran, nothing was written
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["max_epochs=1"], ["max_epochs is not a known setting", "trainer"]),
         (["sweep=lr_random", "optimizer.weight_decy=0,0.1"], ["optimizer.weight_decay"]),
         (["-m", "model=small_cnn,resnet19"], ["model='resnet19'"]),
         (["sweep=lr_rando"], ["Did you mean sweep=lr_random?"]),
@@ -42,10 +54,11 @@ def _one_paragraph(proc: subprocess.CompletedProcess, *words: str) -> str:
         (["sweep=lr_random", "hydra/launcher=rq"], ["pip install hydra-rq-launcher"]),
     ],
 )
-def test_typo_is_our_paragraph_exit_2(args, words, tmp_path):
-    proc = run_cli(*args, cwd=tmp_path, env={"TRAINER_OUTPUT_DIR": str(tmp_path)}, timeout=60)
-    _one_paragraph(proc, *words)
-    assert not any(tmp_path.iterdir())  # nothing ran, nothing was written
+def test_more_typos_in_process(args, words):
+    with pytest.raises(ConfigError) as err:
+        check_overrides(["trainer", *args])
+    for word in words:
+        assert word in str(err.value)
 
 
 @pytest.fixture
