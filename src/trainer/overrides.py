@@ -23,8 +23,8 @@ _LAUNCHER_PACKAGES = {
     "ray_aws": "hydra-ray-launcher",
     "rq": "hydra-rq-launcher",
 }
-# Flags with which Hydra composes nothing of the app's own (help texts, shell completion).
-_NO_COMPOSE = ("help", "hydra_help", "shell_completion", "info")
+# Hydra's flags whose command line is still being typed (--help and --info compose it too).
+_NO_COMPOSE = ("shell_completion",)
 
 
 @dataclasses.dataclass(frozen=True)
