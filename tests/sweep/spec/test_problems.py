@@ -179,3 +179,9 @@ def test_newer_wandb_keys_are_valid_configuration(extra):
     """`metrics:`, `scheduler:` and `method: custom`, as W&B's schema knows them today."""
     config = {k: v for k, v in {**sweep(), **extra}.items() if v is not None}
     assert sweep_problems(config, KEYS, GROUPS) == []
+
+
+def test_a_problem_ending_in_a_period_is_not_doubled():
+    with pytest.raises(ConfigError) as err:
+        check_sweep(sweep(), KEYS, GROUPS, more=["every trial would fail: x is not known."])
+    assert ".." not in str(err.value) and "x is not known. Fix them" in str(err.value)
