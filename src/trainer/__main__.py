@@ -50,33 +50,15 @@ def _remove_rejected_run_dir() -> None:
         root.parent.rmdir()
 
 
-def _parse_argv(argv: list[str]):
-    """(Hydra's flags, parsed overrides) of argv as Hydra's own parser reads them, or None where
-    Hydra would refuse it (it then parses argv again and says why) or where it prints and exits
-    (--version)."""
-    import contextlib
-    import io
-
-    from hydra._internal.utils import get_args_parser  # what hydra.main parses argv with
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
-    quiet = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
-            args = get_args_parser().parse_intermixed_args(argv[1:])
-        return args, OverridesParser.create().parse_overrides(args.overrides)
-    except (SystemExit, HydraException):
-        return None
-
-
 def sweep_as_multirun(argv: list[str]) -> list[str]:
     """`python -m trainer sweep=<name>` runs the sweep definition <name>: argv with a `sweep=`
     choice gets --multirun, unless the command line chose already (-m, --run, --cfg, --info,
     --help, hydra.mode=, as a sweep's trials do with hydra.mode=RUN). Hydra 1.3 took the mode
     from the definition's `hydra.mode: MULTIRUN`; Hydra 1.4 takes hydra.mode only from the
     primary config and the command line, and stops when a config group changes it."""
-    parsed = _parse_argv(argv)
+    from trainer.overrides import parse_argv
+
+    parsed = parse_argv(argv)
     if parsed is None:
         return argv
     args, overrides = parsed
@@ -97,6 +79,23 @@ def sweep_as_multirun(argv: list[str]) -> list[str]:
     return argv
 
 
+@exit_on_error
+def _check_overrides(argv: list[str]) -> None:
+    from trainer.overrides import check_overrides
+
+    check_overrides(argv)
+
+
+@exit_on_error
+def _refuse_torchrun_misuse(argv: list[str]) -> None:
+    from trainer.distributed import refuse_misuse
+    from trainer.overrides import chosen
+
+    strategy = chosen(argv, "trainer.strategy")
+    if strategy is not None:
+        refuse_misuse(str(strategy))
+
+
 def cli() -> None:
     """The console entry: a sweep trial's argv gets its exact values, a sweep definition runs as
     a sweep, the torchrun ranks agree on one run directory (each a no-op otherwise), then Hydra
@@ -106,9 +105,11 @@ def cli() -> None:
 
     sys.argv = expand_path_argv(repair_sys_argv(sys.argv))  # `~`, `$HOME` in path keys
     sys.argv = sweep_as_multirun(sys.argv)  # `sweep=<name>` without -m, on Hydra 1.3 and 1.4
+    _check_overrides(sys.argv)  # a typo'd key or group option: our paragraph, not Hydra's
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         from trainer.distributed import agree_run_time
 
+        _refuse_torchrun_misuse(sys.argv)  # before any rank writes or logs into a run dir
         agree_run_time()
     main()
 

@@ -18,13 +18,25 @@ def check(ok: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-def one_of(key: str, value: Any, allowed: tuple[str, ...]) -> None:
+def one_of(key: str, value: Any, allowed: tuple[str, ...], *, where: str = "") -> None:
+    """`value` is one of `allowed`; `where` says where the choices come from, if anywhere."""
     if value not in allowed:
         close = difflib.get_close_matches(str(value), allowed, n=1)
         hint = f" Did you mean {key}={close[0]}?" if close else ""
         raise ConfigError(
-            f"{key}={value!r} is not supported; choose one of {', '.join(allowed)}.{hint}"
+            f"{key}={value!r} is not supported; choose one of {', '.join(allowed)}{where}.{hint}"
         )
+
+
+def unknown_key_message(key: str, fields: list[str]) -> str:
+    """`key` is no setting: the closest of `fields` (the keys beside it) and all of them."""
+    group, _, leaf = key.rpartition(".")
+    close = difflib.get_close_matches(leaf, fields, n=1)
+    hint = f" Did you mean {group + '.' if group else ''}{close[0]}?" if close else ""
+    return (
+        f"{key} is not a known setting.{hint} Known keys under {group or 'the root'}: "
+        f"{', '.join(fields)}"
+    )
 
 
 def positive(key: str, value: float | int | None) -> None:

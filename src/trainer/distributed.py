@@ -6,6 +6,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -70,16 +71,42 @@ def agree_run_time() -> None:
     os.environ[RUN_TIME_ENV] = store.get(key).decode()
 
 
+def check_world(strategy: str) -> None:
+    """Under torchrun with several processes, only trainer.strategy=ddp makes sense."""
+    world = torchrun_world()
+    if strategy != "ddp" and world > 1:
+        raise ConfigError(
+            f"torchrun started {world} processes (WORLD_SIZE={world}) but "
+            f"trainer.strategy={strategy} would train {world} independent copies; add "
+            "trainer.strategy=ddp to train one model on all of them."
+        )
+
+
+def refuse_misuse(strategy: str) -> None:
+    """Before Hydra runs under torchrun: a strategy other than ddp ends every rank here, so that
+    no rank sets up logging or writes a run directory that another removes. The other ranks
+    end silently with 0 and rank 0, once they have (torchrun stops every rank at the first
+    failure), says why with exit 2."""
+    try:
+        check_world(strategy)
+    except ConfigError:
+        store = _rendezvous()
+        key = f"trainer/refused/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+        if int(os.environ.get("RANK", "0")) != 0:
+            store.add(key, 1)
+            raise SystemExit(0) from None
+        deadline = time.monotonic() + 60
+        while store.add(key, 0) < torchrun_world() - 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)  # the last rank has exited (torchrun would SIGTERM it) before rank 0
+        raise
+
+
 def setup(cfg: TrainerConfig) -> Dist:
     """Join torchrun's process group for trainer.strategy=ddp (idempotent); else one rank."""
     world = torchrun_world()
     if cfg.strategy == "single":
-        if world > 1:
-            raise ConfigError(
-                f"torchrun started {world} processes (WORLD_SIZE={world}) but "
-                f"trainer.strategy=single would train {world} independent copies; add "
-                "trainer.strategy=ddp to train one model on all of them."
-            )
+        check_world(cfg.strategy)
         return Dist()
     import torch.distributed as dist
 

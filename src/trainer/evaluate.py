@@ -197,8 +197,16 @@ def main(cfg: DictConfig) -> None:
     evaluate_checkpoint(cfg)
 
 
+@exit_on_error
+def _check_overrides(argv: list[str]) -> None:
+    from trainer.overrides import EVALUATE, check_overrides
+
+    check_overrides(argv, EVALUATE)  # a typo'd key or group option: our paragraph, not Hydra's
+
+
 if __name__ == "__main__":
     from trainer.paths import expand_path_argv
 
     sys.argv = expand_path_argv(sys.argv)  # `~`, `$HOME` in checkpoint= and the path keys
+    _check_overrides(sys.argv)
     main()

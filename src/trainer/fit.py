@@ -26,7 +26,15 @@ from trainer.console import ProgressView
 from trainer.data import DataBundle
 from trainer.errors import TrainerError
 from trainer.layout import RunLayout
-from trainer.loop import WARNING_SIGNALS, GracefulStop, Progress, evaluate, sync, train_epoch
+from trainer.loop import (
+    WARNING_SIGNALS,
+    Diverged,
+    GracefulStop,
+    Progress,
+    evaluate,
+    sync,
+    train_epoch,
+)
 from trainer.metrics import Timing, epoch_row
 from trainer.summary import RunSummary, run_paths
 from trainer.tracking import Tracker
@@ -185,7 +193,10 @@ def fit(job: Job) -> None:
         while p.epoch < t.max_epochs and not stop.requested:
             if t.max_steps is not None and p.step >= t.max_steps:
                 break
-            row = train_and_evaluate(job, stop, view)
+            try:
+                row = train_and_evaluate(job, stop, view)
+            except Diverged as err:
+                stop_diverged(job, err)
             if row is None:
                 break
             record_epoch(job, row, view)
@@ -215,6 +226,28 @@ def stop_after_save(job: Job, signum: int) -> None:
     )
 
 
+def stop_diverged(job: Job, err: Diverged) -> None:
+    """A non-finite training loss: summary.json says `diverged` (and where), last.pt stays the
+    last finite epoch's, the W&B run ends with the error's exit code; raise the paragraph."""
+    summary = summarise(
+        job, "diverged", diverged={"epoch": err.epoch, "step": err.step, "loss": str(err.loss)}
+    )
+    job.tracker.summary({"status": "diverged"})
+    job.tracker.finish(exit_code=err.exit_code)
+    kept = summary.paths["checkpoint"]
+    lr = job.state.optimizer.param_groups[0]["lr"]
+    raise Diverged(
+        err.loss,
+        epoch=err.epoch,
+        step=err.step,
+        message=f"the training loss became {err.loss} in epoch {err.epoch} (step {err.step}); "
+        f"the run stopped there. Lower optimizer.lr (now {lr:g}) or set trainer.grad_clip "
+        f"(e.g. trainer.grad_clip=1.0). "
+        + (f"Kept {kept} (epoch {err.epoch - 1}); " if kept else "No epoch finished; ")
+        + f"{summary.paths['summary']} says status: diverged.",
+    ) from None
+
+
 def finish(job: Job) -> RunSummary:
     """A finished run: its summary (the compile cache's additions included), also as the W&B
     run's summary; the W&B run closed."""
@@ -224,7 +257,7 @@ def finish(job: Job) -> RunSummary:
     return summary
 
 
-def summarise(job: Job, status: str) -> RunSummary:
+def summarise(job: Job, status: str, diverged: dict[str, Any] | None = None) -> RunSummary:
     """The run's summary, after closing the compile cache (what this run compiled
     goes to the bundle first, so the summary can say so); rank 0 writes summary.json."""
     t, p = job.trainer, job.progress
@@ -259,6 +292,7 @@ def summarise(job: Job, status: str) -> RunSummary:
         cpu=job.cpu,
         torch=torch.__version__,
         cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        diverged=diverged,
         speed=job.speed,
         data=job.data.info,
         val_weights="model" if job.state.ema is None else "ema",

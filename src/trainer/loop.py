@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainer.devices import sync
+from trainer.errors import TrainerError
 
 IGNORE = -100  # target of padding samples; cross_entropy and accuracy skip it
 
@@ -156,13 +157,26 @@ class _RunningSums:
         }
 
 
+class Diverged(TrainerError, FloatingPointError):
+    """The training loss stopped being finite: an outcome of the run's hyperparameters, not a
+    crash. Exit code 3 (sweep agents record the run as failed, its summary says diverged)."""
+
+    exit_code = 3
+    prefix = "diverged: "
+
+    def __init__(self, loss: float, *, epoch: int, step: int, message: str = "") -> None:
+        self.loss, self.epoch, self.step = loss, epoch, step
+        super().__init__(
+            message
+            or f"the training loss is {loss} in epoch {epoch} (step {step}); lower optimizer.lr "
+            "or set trainer.grad_clip."
+        )
+
+
 def _epoch_result(totals: dict[str, float], progress: Progress, **timing: Any) -> EpochResult:
     n = max(totals["count"], 1.0)
     if not math.isfinite(totals["loss"]):
-        raise FloatingPointError(
-            f"training loss is {totals['loss'] / n} at epoch {progress.epoch + 1} (step "
-            f"{progress.step}): the run diverged; lower optimizer.lr or set trainer.grad_clip."
-        )
+        raise Diverged(totals["loss"] / n, epoch=progress.epoch + 1, step=progress.step)
     return EpochResult(
         loss=totals["loss"] / n, acc=totals["correct"] / n, samples=int(totals["count"]), **timing
     )

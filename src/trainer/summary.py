@@ -34,7 +34,7 @@ def run_paths(layout: RunLayout, *, wandb_run_dir: str | None, wandb_run_id: str
 class RunSummary:
     """What a run did; the fields are summary.json's top-level keys, in this order."""
 
-    status: str  # finished | interrupted
+    status: str  # finished | interrupted | diverged
     epochs_completed: int
     steps: int  # optimizer steps taken
     metrics: dict[str, float]  # the last epoch's row (metrics.EPOCH_METRICS and "epoch")
@@ -49,6 +49,8 @@ class RunSummary:
     torch: str  # torch.__version__
     # The GPUs its launcher gave it (a sweep agent's device slot, SLURM, ...); None: not set.
     cuda_visible_devices: str | None = None
+    # status diverged: where the training loss stopped being finite (epoch, step, loss)
+    diverged: dict[str, Any] | None = None
     speed: dict[str, Any] = field(
         default_factory=dict
     )  # TF32, cuDNN benchmark, channels_last, optimizer kernel

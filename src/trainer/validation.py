@@ -4,7 +4,6 @@ precision). `python -m trainer` and the sweeper, before it launches trials, run 
 
 from __future__ import annotations
 
-import difflib
 import logging
 from typing import Any
 
@@ -12,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from trainer.config import ConfigError, TrainConfig
+from trainer.config_rules import unknown_key_message
 from trainer.paths import expand
 
 log = logging.getLogger(__name__)
@@ -102,14 +102,7 @@ def _omegaconf_message(key: str, err: OmegaConfBaseException) -> str:
     if "MissingMandatoryValue" in type(err).__name__:
         return f"{key} is required but not set; add {key}=<value> to the command line."
     if "not in struct" in text or "Key '" in text and "not in" in text:
-        group, _, leaf = key.rpartition(".")
-        fields = _fields_of(group)
-        close = difflib.get_close_matches(leaf, fields, n=1)
-        hint = f" Did you mean {group}.{close[0]}?" if close else ""
-        return (
-            f"{key} is not a known setting.{hint} Known keys under {group or 'the root'}: "
-            f"{', '.join(fields)}."
-        )
+        return unknown_key_message(key, _fields_of(key.rpartition(".")[0])) + "."
     return f"{key}: {text}. Fix the value given for {key} (on the command line or in conf/)."
 
 

@@ -282,7 +282,9 @@ def test_tracker_summary_is_flat_and_keeps_the_auto_figures():
     }
 
 
-def test_auto_measurement_leaves_the_model_and_the_rng_untouched():
+def test_auto_measurement_leaves_the_model_and_the_rng_untouched(caplog):
+    import logging
+
     from torch.utils.data import DataLoader, TensorDataset
 
     from trainer.compiling import auto as compile_auto
@@ -293,6 +295,7 @@ def test_auto_measurement_leaves_the_model_and_the_rng_untouched():
     torch.manual_seed(0)
     expected = torch.rand(3)
     torch.manual_seed(0)
+    caplog.set_level(logging.INFO, logger="trainer")
     report = compile_auto.decide(
         model,
         lambda m: torch.optim.SGD(m.parameters(), lr=0.1),
@@ -302,6 +305,10 @@ def test_auto_measurement_leaves_the_model_and_the_rng_untouched():
         planned_steps=10,
     )
     assert report["decision"] in ("eager", "compile")
+    # the decision is information, and the measured copy's compile is no news about the run's model
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name.startswith("trainer")]
+    assert any(lvl == logging.INFO and "compile=auto chose" in m for lvl, m in said), said
+    assert not any(lvl >= logging.INFO and m.startswith("compiled ") for lvl, m in said), said
     assert torch.equal(torch.rand(3), expected)  # training after the measurement is unchanged
     for key, value in model.state_dict().items():
         assert torch.equal(value, before[key]), key

@@ -180,3 +180,31 @@ def test_a_forwarding_wandb_agent_gets_the_warning_then_sigterm(tmp_path):
     assert launched._wait_through_warning(agent, then_stop=True) == 0
     assert agent.stdout.read().split() == ["SIGUSR2", "SIGTERM"]
     guard.cancel()
+
+
+def test_submitit_warnings_go_to_a_log_file_and_sacct_is_said_once(tmp_path, capsys):
+    import logging
+
+    log, logger = tmp_path / "jobs" / "submitit.log", logging.getLogger("submitit")
+    import submitit  # noqa: F401  (configures its logger, as the launcher's import does)
+
+    saved = list(logger.handlers), logger.propagate
+    launched.quiet_submitit(log)
+    try:
+        for call in range(1, 4):
+            logger.warning(
+                "Call #%d - Bypassing sacct error Command '['sacct']' returned non-zero exit "
+                "status 1., status may be inaccurate.",
+                call,
+            )
+    finally:
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+            handler.close()
+        for handler in saved[0]:
+            logger.addHandler(handler)
+        logger.propagate = saved[1]
+    out, err = capsys.readouterr()
+    assert "Bypassing" not in out + err
+    assert out.count("sacct") == 1 and str(log) in out
+    assert log.read_text().count("Bypassing sacct error") == 3

@@ -172,15 +172,20 @@ def test_unknown_sweep_id_is_one_clear_error_exit_2(tmp_path, capsys):
         assert "nope" in err and "abc12345" in err and "trainer.sweep ls" in err
 
 
-def test_join_command_names_the_root_only_when_it_is_not_the_default(tmp_path):
+def test_join_command_names_the_root_only_when_it_is_not_the_default(tmp_path, monkeypatch):
     from trainer.sweep.store.directory import join_command, output_root
 
     assert output_root() == tmp_path / "outputs"  # conftest sets TRAINER_OUTPUT_DIR
-    assert join_command("abc", tmp_path / "outputs") == "python -m trainer.agent abc"
+    # another terminal may not have $TRAINER_OUTPUT_DIR: the root it gave is named
+    root = tmp_path / "outputs"
+    assert join_command("abc", root) == f"python -m trainer.agent abc --root {root}"
     assert (
         join_command("abc", tmp_path / "x")
         == f"python -m trainer.agent abc --root {tmp_path / 'x'}"
     )
+    monkeypatch.delenv("TRAINER_OUTPUT_DIR")
+    monkeypatch.chdir(tmp_path)
+    assert join_command("abc", tmp_path / "outputs") == "python -m trainer.agent abc"
 
 
 @pytest.mark.slow

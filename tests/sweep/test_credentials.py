@@ -44,8 +44,9 @@ def test_no_key_anywhere_says_how_to_log_in(no_credentials, monkeypatch):
     monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
     assert server.api_key_present("http://127.0.0.1:1")  # found once ...
     monkeypatch.delenv("WANDB_API_KEY")
-    with pytest.raises(server.ServerUnavailable, match="wandb login"):  # ... not cached
+    with pytest.raises(server.ServerUnavailable, match="wandb login") as err:  # ... not cached
         server.preflight(f"http://127.0.0.1:{_closed_port()}")
+    assert err.value.exit_code == 2  # refused like any other setting
 
 
 def test_a_malformed_key_is_a_clear_error_within_seconds(no_credentials, monkeypatch):
@@ -55,6 +56,7 @@ def test_a_malformed_key_is_a_clear_error_within_seconds(no_credentials, monkeyp
         server.preflight(f"http://127.0.0.1:{_closed_port()}")
     message = str(err.value)
     assert "is not valid" in message and "WANDB_API_KEY" in message and "--relogin" in message
+    assert err.value.exit_code == 2
     assert time.monotonic() - started < 5
 
 

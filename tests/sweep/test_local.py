@@ -180,8 +180,35 @@ def test_leaderboard_shows_each_runs_gpus_within_80_columns():
     assert "gpu" in text and "0,1" in text
 
 
+def test_a_diverged_run_is_failed_and_shown_diverged():
+    import io
+
+    from rich.console import Console
+
+    from trainer.sweep.store.records import RunRecord
+
+    run = RunRecord(id="d1", seq=1, state="failed", params={}, summary={"status": "diverged"})
+    assert report._entry(run, [], multi=False)["diverged"]
+    res = _res({"optimizer.lr": 1e8})
+    res["runs"][2].update(state="failed", diverged=True, metric=None)
+    narrow = Console(file=io.StringIO(), width=80, force_terminal=False)
+    report.print_leaderboard(res, console=narrow)
+    row = next(line for line in narrow.file.getvalue().splitlines() if "run00002" in line)
+    assert "diverged" in row
+
+
 def test_a_failed_runs_reason_is_its_last_error_line():
     tail = "epoch 1\nTraceback (most recent call last):\n  File x\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
     assert report.failure_reason(tail).startswith("torch.OutOfMemoryError: CUDA out of memory")
     assert report.failure_reason("a\nkilled by SIGKILL\n") == "killed by SIGKILL"
     assert report.failure_reason(None) is None
+
+
+def test_a_sweep_stopped_with_runs_left_says_how_many_and_how_to_go_on():
+    from trainer.sweep.local import runs_left
+
+    line = runs_left("abc", "stopped (2/4 runs)", "python -m trainer.agent abc")
+    assert line == (
+        "sweep abc stopped with runs left (2/4 runs): its agents took their "
+        "hydra.sweeper.count; go on with python -m trainer.agent abc"
+    )

@@ -95,6 +95,26 @@ def test_ddp_outside_torchrun_is_a_config_error(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+def test_torchrun_without_ddp_is_one_message_and_no_run_dir(tmp_path):
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    proc = subprocess.run(
+        [*command, "-m", "trainer", *EAGER],
+        cwd=tmp_path,
+        env={**os.environ, "TRAINER_OUTPUT_DIR": str(tmp_path / "out")},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode != 0
+    said = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(said) == 1 and "trainer.strategy=ddp" in said[0]  # rank 0 only
+    assert "FileNotFoundError" not in proc.stderr and "Error executing job" not in proc.stderr
+    assert "/trainer/" not in proc.stderr  # no traceback through our code
+    assert "exitcode  : -15" not in proc.stderr  # rank 1 ended by itself, not by torchrun
+    assert not (tmp_path / "out").exists()  # no rank wrote a run directory
+
+
+@pytest.mark.slow
 def test_ddp_matches_single_writes_once_and_resumes_single(single, tmp_path):
     out = tmp_path / "out"
     done = torchrun(

@@ -152,6 +152,32 @@ def test_atomic_save_keeps_previous_checkpoint(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
 
 
+def test_a_diverging_run_stops_keeps_last_finite_epoch_and_says_so(
+    cfg_factory, tmp_path, monkeypatch
+):
+    from trainer import loop
+
+    finite = loop._epoch_result
+    calls = []
+
+    def second_epoch_diverges(totals, progress, **timing):
+        calls.append(progress.epoch)
+        if len(calls) == 2:
+            totals = {**totals, "loss": float("nan")}
+        return finite(totals, progress, **timing)
+
+    monkeypatch.setattr(loop, "_epoch_result", second_epoch_diverges)
+    with pytest.raises(loop.Diverged) as caught:
+        run(cfg_factory(*FAST, "data.num_samples=64", "data=fake"), run_dir=tmp_path / "r")
+    err = caught.value
+    assert err.exit_code == 3 and err.epoch == 2
+    assert "optimizer.lr" in str(err) and "trainer.grad_clip" in str(err)
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["status"] == "diverged" and summary["epochs_completed"] == 1
+    assert summary["diverged"]["epoch"] == 2 and summary["diverged"]["loss"] == "nan"
+    assert ckpt.load(tmp_path / "r" / "checkpoints" / "last.pt")["progress"]["epoch"] == 1
+
+
 def test_missing_data_root_names_the_key(cfg_factory, tmp_path):
     with pytest.raises(ConfigError, match="data.root"):
         run(

@@ -252,7 +252,7 @@ def _run_server(options: dict[str, Any], config: DictConfig, root: Path) -> dict
             start_agents=options.get("start_agents"),
         )
     except ServerUnavailable as err:  # nothing was started, but the sweep could not run
-        raise TrainerError(str(err), exit_code=1) from err
+        raise TrainerError(str(err), exit_code=err.exit_code) from err
 
 
 def prewarm_hook(options: dict[str, Any], config: DictConfig, hydra_context: HydraContext):

@@ -22,6 +22,12 @@ def _size(n: float) -> str:
     return f"{n:.1f} GB"
 
 
+def _runs(ids: list[str], shown: int = 4) -> str:
+    """The first `shown` run ids, whole, and how many more."""
+    more = f" +{len(ids) - shown} more" if len(ids) > shown else ""
+    return ", ".join(ids[:shown]) + more
+
+
 def ls(bundle: Bundle, where: Path) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -31,11 +37,20 @@ def ls(bundle: Bundle, where: Path) -> None:
     if not keys:
         print(f"{where}: no compile-cache records (runs record what they compile as they end)")
         return
+    console = Console()
     for kid, key in keys.items():
         mark = " (this machine)" if kid in here else ""
-        table = Table(title=f"{kid}{mark}: {describe(key)}", title_justify="left")
-        for column in ("workload", "model", "files", "size", "runs", "last added"):
-            table.add_column(column, overflow="fold")
+        console.print(f"{kid}{mark}: {describe(key)}", highlight=False)
+        table = Table()
+        # ids, names and numbers never wrap; the run ids and the date wrap between words
+        for column, width in (
+            ("workload", 0),
+            ("model", 0),
+            ("files", 0),
+            ("runs", 8),
+            ("last added", 10),
+        ):
+            table.add_column(column, no_wrap=not width, min_width=width or None)
         by_workload: dict[str, list[dict]] = {}
         for record in bundle.records(kid):
             by_workload.setdefault(record["workload_id"], []).append(record)
@@ -44,12 +59,11 @@ def ls(bundle: Bundle, where: Path) -> None:
             table.add_row(
                 wid,
                 records[-1].get("label", "?"),
-                str(len(files)),
-                _size(sum(files.values())),
-                ", ".join(sorted({str(r.get("run")) for r in records}))[:60],
+                f"{len(files)} ({_size(sum(files.values()))})",
+                _runs(sorted({str(r.get("run")) for r in records})),
                 time.strftime("%Y-%m-%d %H:%M", time.localtime(records[-1].get("added_at", 0))),
             )
-        Console(soft_wrap=True).print(table)
+        console.print(table)
 
 
 def export(source: Bundle, target: Path, models: list[str]) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 from trainer.cache.bundle import Bundle
 from trainer.cache.key import describe, differences, key_id, machine_key
 from trainer.errors import TrainerError
-from trainer.layout import BundleLayout, SweepLayout
+from trainer.layout import BundleLayout, SweepLayout, default_output_root
 
 ARCHIVES = (".tar.gz", ".tgz")
 
@@ -28,6 +28,9 @@ def opened(path: Path, what: str) -> Iterator[Bundle]:
     """The bundle at `path`: a .tar.gz (unpacked for the duration), a sweep directory (its
     compile_cache/), a cache dir (its own records) or a bundle folder."""
     path = Path(path).expanduser()
+    by_id = SweepLayout.under(default_output_root(), str(path))
+    if not path.exists() and len(path.parts) == 1 and by_id.exists():
+        path = by_id.root  # a sweep id, as `trainer.agent` and `trainer.sweep show` take
     if is_archive(path) and path.is_file():
         with tempfile.TemporaryDirectory(prefix="compile-cache-") as tmp:
             with tarfile.open(path, "r:gz") as archive:
@@ -37,7 +40,7 @@ def opened(path: Path, what: str) -> Iterator[Bundle]:
     if not path.is_dir():
         raise TrainerError(
             f"{what} {path}: no such folder or .tar.gz; give a bundle written by "
-            "`python -m trainer.cache export`, a sweep directory or a cache dir."
+            "`python -m trainer.cache export`, a sweep directory or id, or a cache dir."
         )
     if SweepLayout(path).exists():
         path = SweepLayout(path).compile_cache

@@ -158,9 +158,11 @@ def apply_compile(
     compile_config: CompileConfig,
     device: torch.device | None = None,
     example: torch.Tensor | None = None,
+    trial: bool = False,
 ) -> nn.Module:
     """Compile `model` in place (whole model or its repeated blocks) with every knob of the
-    `compile` group; `example` (one input batch) enables compile.explain and the fullgraph check."""
+    `compile` group; `example` (one input batch) enables compile.explain and the fullgraph check.
+    `trial`: a throwaway copy (compile=auto's measurement), compiled without saying so."""
     cfg = compile_config
     if cfg.disable:
         return model
@@ -177,7 +179,8 @@ def apply_compile(
         regional.attach(block)  # each distinct block compiled once: no recompiles
     if not blocks:
         model.compile(**kwargs)
-    log.info(
+    log.log(
+        logging.DEBUG if trial else logging.INFO,
         "compiled %s (%s) with %s",
         type(model).__name__,
         f"{len(blocks)} blocks" if blocks else "whole model",

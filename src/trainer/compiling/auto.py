@@ -88,7 +88,7 @@ def _measure(model, make_optimizer, batches, cfg: CompileConfig, recipe: StepRec
     compiled = copy.deepcopy(model).train()
     optimizer = make_optimizer(compiled)
     before = compile_stats()
-    apply_compile(compiled, compile_config=cfg, device=device)
+    apply_compile(compiled, compile_config=cfg, device=device, trial=True)  # not the run's model
     maybe_compile_optimizer(optimizer, cfg)
     compiled_step = recipe.stepper(compiled, optimizer, batches)
     timed_steps(eager_step, 1, device)  # warm-up
@@ -147,7 +147,7 @@ def decide(
 
 
 def _log(report: dict[str, Any]) -> None:
-    log.warning(
+    log.info(  # a decision, not a problem
         "compile=auto chose %s: eager %.1f ms/step -> %.1f s; compiled %.1f ms/step + %.1f s "
         "compile (%s cache) -> %.1f s, for %d planned steps",
         report["decision"],

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trainer.errors import exit_on_error
 from trainer.layout import SweepLayout
@@ -17,6 +18,9 @@ from trainer.sweep.store.database import SweepStore
 from trainer.sweep.store.directory import UnknownSweep, find, known, output_root, sweep_id_of
 from trainer.sweep.store.opening import open_store, open_sweep, recorded, sweep_ids
 from trainer.sweep.store.storage import Storage, shown
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 def _open(sweep: str, root: Path, storage: str | None) -> tuple[SweepStore, SweepLayout, str]:
@@ -41,7 +45,7 @@ def show(sweep: str, root: Path, storage: str | None = None) -> int:
     res = leaderboard.write(store, sweep_id, layout)
     leaderboard.print_leaderboard(res)
     png = leaderboard.plot(store, res, layout.plot)
-    print(f"wrote {png}")
+    print(f"wrote {_relative(Path(png))}")
     return 0
 
 
@@ -79,32 +83,50 @@ def _row(sweep_id: str, store: SweepStore) -> list[str]:
 COLUMNS = ("sweep", "method", "state", "runs", "metric", "best")
 
 
-def ls(root: Path) -> int:
-    from rich.console import Console
+def _relative(path: Path) -> str:
+    """`path` relative to the working directory when it lies below it, else as it is."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve())) or "."
+    except ValueError:
+        return str(path)
+
+
+def _table(title: str) -> Table:
+    """`ls`'s table: ids, states and run counts never wrap; the objectives and the best run
+    wrap between words, so 80 columns keep every value whole."""
     from rich.table import Table
 
-    sweeps = known(root)
-    elsewhere = any(_elsewhere(root, sweep_id, layout) for sweep_id, layout in sweeps)
-    table = Table(title=f"local sweeps in {root / 'sweeps'}")
-    for col in (*COLUMNS, *(["dir"] * elsewhere)):
-        table.add_column(col, overflow="fold")
-    for sweep_id, layout in sweeps:
+    table = Table(title=title)
+    for col in COLUMNS:
+        table.add_column(col, no_wrap=col in ("sweep", "method", "state", "runs"))
+    return table
+
+
+def ls(root: Path) -> int:
+    """Every local sweep under <root>/sweeps/ by its recorded id; one that lives in its own
+    hydra.sweep.dir is named with its folder after the table (a path on its own line)."""
+    from rich.console import Console
+
+    table, away = _table(f"local sweeps in {_relative(root / 'sweeps')}"), []
+    for _folder, layout in known(root):
         store = open_store(layout.root)
-        away = _elsewhere(root, sweep_id, layout)
-        table.add_row(*_row(sweep_id, store), *([str(layout.root) if away else "-"] * elsewhere))
+        sweep_id = sweep_id_of(store, layout)  # a folder under sweeps/ may have another name
+        table.add_row(*_row(sweep_id, store))
+        if _elsewhere(root, sweep_id, layout):
+            away.append(f"{sweep_id} lives in {_relative(layout.root)}")
         store.close()
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    for line in away:
+        console.print(line, highlight=False, soft_wrap=True)
     return 0
 
 
 def ls_storage(storage: str) -> int:
     """The sweeps kept in the database of `storage`."""
     from rich.console import Console
-    from rich.table import Table
 
-    table = Table(title=f"sweeps in {shown(storage)}")
-    for col in COLUMNS:
-        table.add_column(col, overflow="fold")
+    table = _table(f"sweeps in {shown(storage)}")
     for sweep_id in sweep_ids(storage):
         store = SweepStore(storage=Storage.server(storage, sweep_id))
         if store.config is not None:  # a sweep still being created has none yet

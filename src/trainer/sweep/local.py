@@ -174,23 +174,39 @@ def run_sweep(
     else:
         envs = [{**env, **password_env(storage)} for env in envs]
         codes = _run_processes(argv, envs)
-    res = _report(store, sweep_id, layout, [_killed(i, code) for i, code in enumerate(codes)])
+    codes = [_killed(i, code) for i, code in enumerate(codes)]
+    res = _report(store, sweep_id, layout, codes, hint)
     store.close()
     return res
 
 
-def _report(store: SweepStore, sweep_id: str, layout: SweepLayout, codes: list[int]) -> dict:
+def _report(
+    store: SweepStore, sweep_id: str, layout: SweepLayout, codes: list[int], hint: str
+) -> dict:
     """Once the agents have ended: the sweep's state, its report (results.json, best.yaml,
     sweep.png, the leaderboard) and the results with the agents' exit codes and the runs that
-    still wait to resume."""
+    still wait to resume; with runs left to hand out, how to go on (`hint`: the join command)."""
     interrupted = [c for c in codes if c in INTERRUPT_CODES]
     gave_up = any(code != 0 and code not in INTERRUPT_CODES for code in codes)
     running = [r for r in store.runs() if r.state in ("running", "preempted")]
     state = "failed" if gave_up else ("running" if running else "finished")
     state = "interrupted" if interrupted and not gave_up else state
-    store.set("state", dispatch.sweep_state(state, store).split(" ")[0])
+    shown = dispatch.sweep_state(state, store)
+    store.set("state", shown.split(" ")[0])
     res = leaderboard.write_final(store, sweep_id, layout)
     res["agent_exit_codes"] = codes
     res["to_resume"] = [r.id for r in running if r.state == "preempted"]  # no agent took them
     leaderboard.print_leaderboard(res)
+    if shown.startswith("stopped"):
+        print(runs_left(sweep_id, shown, hint), flush=True)
     return res
+
+
+def runs_left(sweep_id: str, shown: str, hint: str) -> str:
+    """What a sweep whose agents ended with runs left says (they took hydra.sweeper.count each,
+    or stopped early): how many ran and how to go on."""
+    done = shown.removeprefix("stopped").strip(" ()")
+    return (
+        f"sweep {sweep_id} stopped with runs left ({done}): its agents took their "
+        f"hydra.sweeper.count; go on with {hint}"
+    )

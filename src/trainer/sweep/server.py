@@ -29,7 +29,12 @@ SCHEDULER_STOP_S = 30.0  # the scheduler finishes its step after SIGINT, or is k
 
 
 class ServerUnavailable(RuntimeError):
-    """No API key, or the W&B server cannot be reached; nothing was started."""
+    """No API key, or the W&B server cannot be reached; nothing was started. A missing or
+    refused key is refused like any other setting (exit code 2); an unreachable server, 1."""
+
+    def __init__(self, message: str, *, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def base_url() -> str:
@@ -74,7 +79,8 @@ def api_key_present(url: str, *, verify: bool = False) -> bool:
         raise ServerUnavailable(
             f"hydra.sweeper.backend=wandb: the W&B API key for {url} is not valid ({error}). "
             "Fix WANDB_API_KEY or run `wandb login --relogin` (or use hydra.sweeper.backend=local "
-            "to sweep offline)."
+            "to sweep offline).",
+            exit_code=2,
         ) from None
 
 
@@ -104,7 +110,8 @@ def preflight(url: str | None = None) -> None:
     if not api_key_present(url):
         raise ServerUnavailable(
             f"hydra.sweeper.backend=wandb needs a W&B API key for {url}: run `wandb login`, "
-            "set WANDB_API_KEY or api_key in W&B's settings file (or use hydra.sweeper.backend=local to sweep offline)."
+            "set WANDB_API_KEY or api_key in W&B's settings file (or use hydra.sweeper.backend=local to sweep offline).",
+            exit_code=2,
         )
     if not reachable(url):
         raise ServerUnavailable(

@@ -194,3 +194,16 @@ def test_wandb_agents_started_here_get_the_same_shares(tmp_path, monkeypatch):
     assert all(g["budget"] == g["omp"] == str(expected) for g in got)
     assert all(len(g["cores"]) == expected for g in got)
     assert not set(got[0]["cores"]) & set(got[1]["cores"])
+
+
+def test_a_joiner_that_waited_says_whole_lines_when_no_one_holds_cores_any_more(monkeypatch):
+    answers = iter([(None, {4242: (0, 1)}), (cpu_share.Share(cpus=2, cores=(0, 1)), {})])
+    monkeypatch.setattr(cpu_slots.CpuSlots, "__init__", lambda self, where: None)
+    monkeypatch.setattr(cpu_slots.CpuSlots, "claim", lambda self, *a, **k: next(answers))
+    monkeypatch.setattr(cpu_slots, "WAIT_S", 0.0)
+    said: list[str] = []
+    share = cpu_slots.claim_share("anywhere", say=said.append)
+    assert share is not None and len(said) == 2
+    assert "pid 4242" in said[0] and said[1].endswith(
+        "no other agent of the sweep holds cores here now"
+    )

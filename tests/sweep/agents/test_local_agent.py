@@ -71,7 +71,7 @@ def test_failing_runs_are_recorded_and_the_agent_gives_up(tmp_path, capfd):
     assert [r["state"] for r in res["runs"]] == ["failed", "failed"]  # the third never ran
     store = SweepStore(tmp_path / "sweeps" / res["sweep_id"] / "sweep.db")
     for r in store.runs():
-        assert r.exit_code == 1 and "diverged" in r.log_tail
+        assert r.exit_code == 3 and "diverged" in r.log_tail
         assert r.id in err and r.log_path in err
     assert "2 consecutive runs failed" in err
 

@@ -147,6 +147,12 @@ def test_all_problems_are_reported_at_once():
         assert part in message
 
 
+def test_run_cap_0_is_one_problem_not_two():
+    problems = sweep_problems(sweep(run_cap=0), KEYS, GROUPS)
+    (said,) = [p for p in problems if "run_cap" in p]  # W&B's message, with the fix
+    assert said.startswith("W&B schema: run_cap: 0") and "run_cap 0 must be a positive" in said
+
+
 def test_schema_violations_name_the_offending_key():
     from trainer.sweep.spec.problems import schema_problems
 
@@ -173,3 +179,9 @@ def test_newer_wandb_keys_are_valid_configuration(extra):
     """`metrics:`, `scheduler:` and `method: custom`, as W&B's schema knows them today."""
     config = {k: v for k, v in {**sweep(), **extra}.items() if v is not None}
     assert sweep_problems(config, KEYS, GROUPS) == []
+
+
+def test_a_problem_ending_in_a_period_is_not_doubled():
+    with pytest.raises(ConfigError) as err:
+        check_sweep(sweep(), KEYS, GROUPS, more=["every trial would fail: x is not known."])
+    assert ".." not in str(err.value) and "x is not known. Fix them" in str(err.value)

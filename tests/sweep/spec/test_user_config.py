@@ -140,7 +140,8 @@ def test_hydra_sweep_dir_holds_the_sweep_and_the_id_or_directory_finds_it(tmp_pa
     assert "has no more runs" in capsys.readouterr().out
     assert sweep_cli(["ls"]) == 0
     listing = capsys.readouterr().out
-    assert sweep_id in listing and listing.count(sweep_id) == 1
+    rows = [line for line in listing.splitlines() if line.startswith(f"│ {sweep_id} ")]
+    assert len(rows) == 1 and f"{sweep_id} lives in {target}" in listing  # its dir, own line
     assert sweep_cli(["show", sweep_id]) == 0
     assert (target / "sweep.png").stat().st_size > 0
     assert sweep_cli(["show", str(target)]) == 0  # by directory

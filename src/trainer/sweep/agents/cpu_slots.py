@@ -152,9 +152,13 @@ def claim_share(
                     f"agent: trials run on cores {format_cpu_list(share.cores)} "
                     f"({share.cpus} thread(s)"
                     + (", shared: more agents than cores" if shared else "")
-                    + "); the sweep's other agents here hold "
-                    + ", ".join(
-                        f"{format_cpu_list(c)} (pid {p})" for p, c in sorted(others.items())
+                    + (
+                        "); the sweep's other agents here hold "
+                        + ", ".join(
+                            f"{format_cpu_list(c)} (pid {p})" for p, c in sorted(others.items())
+                        )
+                        if others
+                        else "); no other agent of the sweep holds cores here now"
                     )
                 )
             return share

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import shutil
 import signal
@@ -175,6 +176,8 @@ class LauncherJobs:
         their exit codes (1 for a job that failed outside its agent)."""
         from hydra.core.plugins import Plugins
 
+        if self.name.startswith("submitit"):
+            quiet_submitit(where / "submitit.log")
         task = functools.partial(run_agent_job, jobs, self.name == SLURM)
         config = job_config(self.config, where)
         launcher = Plugins.instance().instantiate_launcher(
@@ -205,6 +208,41 @@ class LauncherJobs:
 
         folder = str(config.hydra.launcher.submitit_folder)
         return slurm_jobs.exit_codes(slurm_jobs.settle(folder, count))
+
+
+def quiet_submitit(log_path: Path) -> None:
+    """submitit's logger (its per-poll warnings, e.g. "Bypassing sacct error" three times a poll
+    on a cluster without accounting) writes to `log_path`, not the terminal; the first warning
+    about sacct is said once, in our words."""
+    import submitit  # noqa: F401  (its import configures the logger: do that first)
+
+    logger = logging.getLogger("submitit")
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(log_path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    handler.addFilter(_SacctOnce(log_path))
+    logger.addHandler(handler)
+    logger.propagate = False
+
+
+class _SacctOnce(logging.Filter):
+    """Lets every record through to the log file; the first sacct failure is said on stdout."""
+
+    def __init__(self, log_path: Path) -> None:
+        super().__init__()
+        self.log_path, self.said = log_path, False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.said and "sacct" in record.getMessage():
+            self.said = True
+            print(
+                "agents: SLURM's accounting (sacct) does not answer here, so submitit reads job "
+                f"states from squeue, which may lag; its messages go to {self.log_path}",
+                flush=True,
+            )
+        return True
 
 
 def fixed_task_overrides(config: Any) -> list[str]:

@@ -315,7 +315,8 @@ class LocalAgent:
             summary=summary,
             log_tail=None if state == "finished" else _tail(log_path),
         )
-        print(f"agent: run {run.id} {state} (exit code {code}), log {log_path}", flush=True)
+        why = "diverged, " if (summary or {}).get("status") == "diverged" else ""
+        print(f"agent: run {run.id} {state} ({why}exit code {code}), log {log_path}", flush=True)
         return state
 
     def _watch(self, run_id: str, proc: Trial, metrics_path: Path) -> int:

@@ -7,6 +7,8 @@ import json
 import math
 import shlex
 import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -78,6 +80,8 @@ def _entry(r: RunRecord, goals: list[dict[str, Any]], multi: bool) -> dict[str, 
         "preemptions": r.preemptions,  # stopped by the cluster with a checkpoint
         "losses": r.losses,  # lost with its agent, job or host
         "retries": r.preemptions + r.losses,  # handed out again after either
+        # a failed run whose loss stopped being finite (its summary says so): shown "diverged"
+        "diverged": r.state == "failed" and (r.summary or {}).get("status") == "diverged",
         **_compile_info(r.summary),
     }
     if multi:
@@ -211,38 +215,64 @@ def _metric_cells(res: dict[str, Any], e: dict[str, Any]) -> list[str]:
     return [*values, "*" if e["pareto"] else ""]
 
 
-def leaderboard(res: dict[str, Any], *, with_params: bool) -> Table:
-    """The leaderboard table: rank, run, metric (each objective and a Pareto mark for a
-    multi-objective sweep), state, duration, compile time, cache hits; the parameters as a
-    last column when `with_params`."""
-    from rich.table import Table
+@dataclass(frozen=True)
+class Column:
+    """One leaderboard column: its header, the cell of run `e` ranked `i`, and its priority: 0
+    is always shown (run ids, objectives, states); a narrow terminal leaves out the highest
+    numbers first. A new column is one more entry in `columns`."""
 
-    metric = res["metric"] or {}
-    names = [metric.get("name", "metric")]
+    header: str
+    cell: Callable[[int, dict[str, Any]], str]
+    priority: int = 0
+
+
+def _duration(e: dict[str, Any]) -> str:
+    return "-" if e.get("duration_s") is None else f"{e['duration_s']:.1f}s"
+
+
+def columns(res: dict[str, Any]) -> list[Column]:
+    """The leaderboard's columns in order: rank, run, metric (each objective and a Pareto mark
+    for a multi-objective sweep), state, duration, compile time, GPUs (when any run had one),
+    retries (when any run was handed out again), cache hits."""
+    names = [(res["metric"] or {}).get("name", "metric")]
     if "pareto_front" in res:
         names = [*(m["name"] for m in res["metrics"]), "pareto"]
+    cols = [Column("rank", lambda i, e: str(i)), Column("run", lambda i, e: e["id"])]
+    cols += [
+        Column(name, lambda i, e, k=k: _metric_cells(res, e)[k], 1 if name == "pareto" else 0)
+        for k, name in enumerate(names)
+    ]
+    cols += [
+        Column("state", lambda i, e: "diverged" if e.get("diverged") else e["state"]),
+        Column("time", lambda i, e: _duration(e), 2),
+        Column(
+            "compile_s",
+            lambda i, e: "-" if e.get("compile_s") is None else f"{e['compile_s']:.2f}",
+            4,
+        ),
+    ]
+    if any(e.get("devices") for e in res["runs"]):
+        cols.append(Column("gpu", lambda i, e: ",".join(e.get("devices") or ()) or "-", 3))
+    if any(e.get("retries") for e in res["runs"]):  # handed out again: preempted or lost
+        cols.append(Column("retries", lambda i, e: str(e.get("retries") or 0), 3))
+    return [*cols, Column("cache hit/miss", lambda i, e: _cache_hits(e), 5)]
+
+
+def leaderboard(
+    res: dict[str, Any], *, with_params: bool, shown: list[Column] | None = None
+) -> Table:
+    """The leaderboard table of the `shown` columns (all by default); the parameters as a last
+    column when `with_params`."""
+    from rich.table import Table
+
     table = Table(title=f"sweep {res['sweep_id']} ({res.get('method')})")
-    gpus = any(e.get("devices") for e in res["runs"])
-    for col in ("rank", "run", *names, "state", "time", "compile_s"):
-        table.add_column(col, no_wrap=True)
-    if gpus:
-        table.add_column("gpu", no_wrap=True)
-    table.add_column("cache hit/miss", no_wrap=True)
+    shown = columns(res) if shown is None else shown
+    for col in shown:
+        table.add_column(col.header, no_wrap=True)
     if with_params:
         table.add_column("params", overflow="fold")
     for i, e in enumerate(res["runs"], start=1):
-        dur = e.get("duration_s")
-        table.add_row(
-            str(i),
-            e["id"],
-            *_metric_cells(res, e),
-            e["state"],
-            "-" if dur is None else f"{dur:.1f}s",
-            "-" if e.get("compile_s") is None else f"{e['compile_s']:.2f}",
-            *([",".join(e.get("devices") or ()) or "-"] * gpus),
-            _cache_hits(e),
-            *([_params(e)] * with_params),
-        )
+        table.add_row(*(col.cell(i, e) for col in shown), *([_params(e)] * with_params))
     return table
 
 
@@ -267,18 +297,43 @@ def _print_retries(console: Console, e: dict[str, Any]) -> None:
         )
 
 
+def _fitting(res: dict[str, Any], console: Console) -> tuple[Table, list[Column], bool]:
+    """The widest table that fits the console: every column and the parameters; else without
+    the parameters, leaving out columns by priority until it fits. The table, the columns left
+    out, and whether the parameters are in it."""
+    from rich.measure import Measurement
+
+    unbounded = console.options.update_width(10_000)  # the table's natural width, unwrapped
+
+    def fits(table: Table) -> bool:
+        return Measurement.get(console, unbounded, table).maximum <= console.width
+
+    table = leaderboard(res, with_params=True)
+    if fits(table):
+        return table, [], True
+    shown, dropped = columns(res), []
+    table = leaderboard(res, with_params=False, shown=shown)
+    while not fits(table) and any(c.priority for c in shown):
+        worst = max(reversed(shown), key=lambda c: c.priority)  # the last of the lowest
+        shown.remove(worst)
+        dropped.insert(0, worst)
+        table = leaderboard(res, with_params=False, shown=shown)
+    return table, dropped, False
+
+
 def print_leaderboard(res: dict[str, Any], console: Console | None = None) -> None:
     """The leaderboard on the console. The parameters share the table when they fit its width
     unbroken; otherwise (a narrow terminal, a log file: 80 columns) each run's parameters follow
-    the table on their own line, so no column is squeezed to a few characters."""
+    the table on their own line, so no column is squeezed to a few characters, and columns are
+    left out by priority until run ids, objectives and states fit whole."""
     from rich.console import Console
-    from rich.measure import Measurement
 
     console = console or Console()
-    table = leaderboard(res, with_params=True)
-    unbounded = console.options.update_width(10_000)  # the table's natural width, unwrapped
-    fits = Measurement.get(console, unbounded, table).maximum <= console.width
-    console.print(table if fits else leaderboard(res, with_params=False))
+    table, dropped, fits = _fitting(res, console)
+    console.print(table)
+    if dropped:
+        left_out = ", ".join(c.header for c in dropped)
+        console.print(f"(not shown at {console.width} columns: {left_out})")
     if not fits and res["runs"]:
         console.print("parameters:")
         for i, e in enumerate(res["runs"], start=1):

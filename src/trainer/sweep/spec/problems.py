@@ -166,7 +166,9 @@ def sweep_problems(
         )
     cap = config.get("run_cap")
     if cap is not None and (not isinstance(cap, int) or cap <= 0):
-        problems.append(f"run_cap {cap!r} must be a positive integer (or left out)")
+        ours = f"run_cap {cap!r} must be a positive integer (or left out)"
+        schema = [p for p in problems if p.startswith("W&B schema: run_cap")]  # one problem
+        problems = [p for p in problems if p not in schema] + ["; ".join([*schema, ours])]
     keyset = set(keys)
     for key, spec in (config.get("parameters") or {}).items():
         problems.extend(parameter_problems(key, spec, method, keyset, groups))
@@ -183,7 +185,7 @@ def check_sweep(
     """Raise ConfigError listing every problem of `config`, and the `more` found elsewhere."""
     problems = [*sweep_problems(config, keys, groups), *more]
     if problems:
-        listed = "; ".join(f"({i}) {p}" for i, p in enumerate(problems, 1))
+        listed = "; ".join(f"({i}) {p.rstrip('.')}" for i, p in enumerate(problems, 1))
         raise ConfigError(
             f"The sweep configuration has {len(problems)} problem(s), nothing was run: {listed}. "
             "Fix them in conf/sweep/ or in the hydra.sweeper.* overrides."

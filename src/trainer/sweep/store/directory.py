@@ -4,6 +4,7 @@ the hint that joins it, and its sweep.yaml."""
 
 from __future__ import annotations
 
+import os
 import secrets
 import string
 from pathlib import Path
@@ -102,14 +103,17 @@ def known(root: str | Path) -> list[tuple[str, SweepLayout]]:
 
 
 def join_command(sweep_id: str, root: str | Path, directory: str | Path | None = None) -> str:
-    """The command that joins this sweep from another terminal: by id (with --root only when it
-    is not the default), or by directory when the sweep lives in its own hydra.sweep.dir."""
+    """The command that joins this sweep from another terminal: by id (with --root unless it is
+    ./outputs with no $TRAINER_OUTPUT_DIR), or by directory when the sweep lives in its own
+    hydra.sweep.dir."""
     if directory is not None:
         default = SweepLayout.under(root, sweep_id).root
         if not default.exists() or default.resolve() != Path(directory).resolve():
             return f"python -m trainer.agent {directory}"
     command = f"python -m trainer.agent {sweep_id}"
-    if Path(root).resolve() != output_root().resolve():
+    # Another terminal may lack $TRAINER_OUTPUT_DIR: a root it gave is named too.
+    plain_default = Path("outputs").resolve()
+    if Path(root).resolve() != plain_default or os.environ.get("TRAINER_OUTPUT_DIR"):
         command += f" --root {root}"
     return command
 
