@@ -19,6 +19,7 @@ from trainer.sweep.agents.gpu_slots import DevicePlan
 from trainer.sweep.agents.launched import JOB_DIR, AgentJob, StartAgents, env_added
 from trainer.sweep.agents.outcome import INTERRUPT_CODES
 from trainer.sweep.report import leaderboard
+from trainer.sweep.report.watch import LiveStatus
 from trainer.sweep.search import dispatch
 from trainer.sweep.store.database import DEFAULT_MAX_RETRIES, SweepStore
 from trainer.sweep.store.directory import (
@@ -30,6 +31,8 @@ from trainer.sweep.store.directory import (
     write_sweep_yaml,
 )
 from trainer.sweep.store.opening import open_store, password_env, reachable
+
+LIVE_S = 1.0  # how often the live status is redrawn
 
 
 def _agent_argv(
@@ -103,13 +106,46 @@ def agent_env(root: Path, slot: int, slots: int, cpus_per_trial: int | None) -> 
     }
 
 
-def _run_processes(argv: list[str], envs: list[dict[str, str]]) -> list[int]:
-    """One local agent process per environment; their exit codes once all have ended."""
-    procs = [subprocess.Popen(argv, env=env) for env in envs]
+def _run_processes(
+    argv: list[str], envs: list[dict[str, str]], live: LiveStatus | None = None
+) -> list[int]:
+    """One local agent process per environment; their exit codes once all have ended. With a
+    `live` status (the command's output is a terminal) the agents write to their logs and the
+    status shows the sweep; an agent that did not end well has its last lines shown after."""
+    if live is None:
+        procs = [subprocess.Popen(argv, env=env) for env in envs]
+        return _wait(procs)
+    logs = [live.agent_log(i) for i in range(len(envs))]
+    procs = [
+        subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+        for env, log in zip(envs, logs, strict=True)
+    ]
+    with live:
+        codes = _wait(procs, live.refresh)
+    for i, (code, log) in enumerate(zip(codes, logs, strict=True)):
+        log.close()
+        if code != 0:
+            print(f"agent {i} (exit code {code}), last lines of {live.logs[i]}:\n{live.tail(i)}")
+    return codes
+
+
+def _wait(procs: list[subprocess.Popen], tick: Callable[[], None] | None = None) -> list[int]:
+    """The processes' exit codes once all have ended, `tick()` about every second meanwhile."""
     try:
+        while tick is not None and any(p.poll() is None for p in procs):
+            tick()
+            time.sleep(LIVE_S)
         return [p.wait() for p in procs]
     except KeyboardInterrupt:  # Ctrl-C reached the agents too: each stops and records its trial
         return [p.wait() for p in procs]
+
+
+def live_status(store: SweepStore, sweep_id: str, layout: SweepLayout) -> LiveStatus | None:
+    """A live status when the command's output is a terminal (plain lines otherwise: a log, CI,
+    a pipe)."""
+    if not sys.stdout.isatty() or os.environ.get("TERM") == "dumb":
+        return None
+    return LiveStatus(store, sweep_id, layout)
 
 
 def _killed(slot: int, code: int) -> int:
@@ -173,7 +209,7 @@ def run_sweep(
         codes = start_agents(jobs, layout.root / JOB_DIR)
     else:
         envs = [{**env, **password_env(storage)} for env in envs]
-        codes = _run_processes(argv, envs)
+        codes = _run_processes(argv, envs, live_status(store, sweep_id, layout))
     codes = [_killed(i, code) for i, code in enumerate(codes)]
     res = _report(store, sweep_id, layout, codes, hint)
     store.close()

@@ -1,11 +1,13 @@
-"""`python -m trainer.sweep watch SWEEP`: a sweep followed from any terminal, its command gone or
-not (agents in jobs go on): a progress line whenever it changes, until nothing runs or waits to
-resume, then the leaderboard, results.json, best.yaml and sweep.png."""
+"""A sweep's progress in a few lines: `python -m trainer.sweep watch SWEEP` follows it from any
+terminal, its command gone or not (agents in jobs go on), until nothing runs or waits to resume,
+then prints its report; `LiveStatus` shows the same in place while the sweep command's agents
+run in a terminal."""
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 from trainer.layout import SweepLayout
 from trainer.sweep.report import leaderboard
@@ -43,6 +45,53 @@ def progress(res: dict[str, Any], runs: list[RunRecord]) -> list[str]:
             value = f" {metric}={last[metric]:.4g}" if metric in last else ""
             lines.append(f"  {r.id} running: epoch {len(r.history)}{value}")
     return lines
+
+
+def status(store: SweepStore, sweep_id: str) -> list[str]:
+    """The sweep's progress lines now."""
+    runs = [r for r in store.runs() if not r.superseded]
+    return progress(leaderboard.results(store, sweep_id, runs), runs)
+
+
+class LiveStatus:
+    """While the sweep command's agents run and its output is a terminal: one live status (the
+    progress lines, redrawn in place) instead of the agents' interleaved lines, which go to
+    `logs/agent-<i>.log` of the sweep directory (each trial's own log stays in `logs/`)."""
+
+    def __init__(self, store: SweepStore, sweep_id: str, layout: SweepLayout) -> None:
+        self.store, self.sweep_id, self.layout = store, sweep_id, layout
+        self.logs: list[Path] = []
+        self._live: Any = None
+
+    def agent_log(self, slot: int) -> IO[str]:
+        """Where agent `slot` writes (opened for the process; the caller closes it)."""
+        path = self.layout.root / "logs" / f"agent-{slot}.log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.logs.append(path)
+        return open(path, "a")  # noqa: SIM115  (the agent process writes to it)
+
+    def __enter__(self) -> LiveStatus:
+        from rich.live import Live
+
+        self._live = Live("", refresh_per_second=2, transient=False)
+        self._live.__enter__()
+        return self
+
+    def refresh(self) -> None:
+        from rich.text import Text
+
+        lines = status(self.store, self.sweep_id)
+        lines.append("  agents' lines: logs/agent-<i>.log of the sweep's folder")
+        self._live.update(Text("\n".join(lines)))
+
+    def __exit__(self, *exc: object) -> None:
+        self.refresh()
+        self._live.__exit__(*exc)
+
+    def tail(self, slot: int, lines: int = 15) -> str:
+        """The last lines agent `slot` wrote (to show why it gave up)."""
+        text = self.logs[slot].read_text(errors="replace") if slot < len(self.logs) else ""
+        return "\n".join(text.splitlines()[-lines:])
 
 
 def watch(opened: tuple[SweepStore, SweepLayout, str], every: float = 5.0) -> int:
