@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.sweep_faults import slurm, until
 from trainer.sweep.store.database import SweepStore
 
 pytestmark = pytest.mark.slow  # a SLURM cluster, sweeps, processes
@@ -29,22 +30,6 @@ SWEEP = [
     "hydra.launcher.mem_gb=1",
     "hydra.launcher.timeout_min=60",  # a signal long before the limit: preempted, requeued
 ]
-
-
-def _until(what: str, check, timeout: float = 180.0, every: float = 0.3):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(every)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _slurm(*argv: str) -> str:
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, f"{' '.join(argv)}: {done.stderr}"
-    return done.stdout
 
 
 def _job_id(out: Path) -> str | None:
@@ -69,7 +54,7 @@ def _requeued(job: str, node: str, pending_since: list[float]) -> bool:
     completing is killed: "Job credential revoked"), the test starts it now."""
     fields = dict(
         item.split("=", 1)
-        for item in _slurm("scontrol", "-o", "show", "job", job).split()
+        for item in slurm("scontrol", "-o", "show", "job", job).split()
         if "=" in item
     )
     if int(fields.get("Restarts", 0)) < 1:
@@ -77,9 +62,9 @@ def _requeued(job: str, node: str, pending_since: list[float]) -> bool:
     if fields.get("JobState") != "PENDING":
         return True
     pending_since[:] = pending_since or [time.monotonic()]
-    node_state = _slurm("sinfo", "-h", "-n", node, "-o", "%t").split()
+    node_state = slurm("sinfo", "-h", "-n", node, "-o", "%t").split()
     if time.monotonic() - pending_since[0] > 5 and not any("comp" in s for s in node_state):
-        _slurm("scontrol", "update", f"JobId={job}", "StartTime=now")
+        slurm("scontrol", "update", f"JobId={job}", "StartTime=now")
     return False
 
 
@@ -100,18 +85,18 @@ def test_a_warning_signal_mid_trial_resumes_the_run_in_the_requeued_job(slurm_cl
         text=True,
     )
     try:
-        store = _until("the first trial's second epoch", lambda: _training(out), timeout=300)
-        job = _until("the agent's SLURM job", lambda: _job_id(out))
+        store = until("the first trial's second epoch", lambda: _training(out), timeout=300)
+        job = until("the agent's SLURM job", lambda: _job_id(out))
         (first,) = [r for r in store.runs() if r.state == "running"]
-        _slurm("scancel", "--signal=USR2", job)  # what SLURM sends before a time limit
-        preempted = _until(
+        slurm("scancel", "--signal=USR2", job)  # what SLURM sends before a time limit
+        preempted = until(
             "the run to go back as preempted",
             lambda: [r for r in store.runs() if r.id == first.id and r.state == "preempted"],
         )
         assert preempted[0].preemptions == 1
         pending: list[float] = []
         node = slurm_cluster["node"]
-        _until("the requeued job", lambda: _requeued(job, node, pending), timeout=180, every=1)
+        until("the requeued job", lambda: _requeued(job, node, pending), timeout=180, every=1)
         output, _ = sweep.communicate(timeout=420)
     finally:
         sweep.kill()
@@ -126,11 +111,11 @@ def test_a_warning_signal_mid_trial_resumes_the_run_in_the_requeued_job(slurm_cl
     log = Path(first.log_path).read_text()
     assert "resumed from" in log and "last.pt in epoch" in log  # from its checkpoint, not step 0
     assert len([r for r in SweepStore(results.parent / "sweep.db").runs()]) == 2  # no rerun row
-    accounted = _until(
+    accounted = until(
         "sacct to show the requeue",
         lambda: (
-            "REQUEUED" in _slurm("sacct", "-n", "-P", "-D", "-X", "-o", "State", "-j", job)
-            and _slurm("sacct", "-n", "-P", "-D", "-X", "-o", "State", "-j", job)
+            "REQUEUED" in slurm("sacct", "-n", "-P", "-D", "-X", "-o", "State", "-j", job)
+            and slurm("sacct", "-n", "-P", "-D", "-X", "-o", "State", "-j", job)
         ),
         timeout=60,
         every=1,
