@@ -222,6 +222,7 @@ def _report(
     """Once the agents have ended: the sweep's state, its report (results.json, best.yaml,
     sweep.png, the leaderboard) and the results with the agents' exit codes and the runs that
     still wait to resume; with runs left to hand out, how to go on (`hint`: the join command)."""
+    store.mark_lost_runs()  # runs its agents held when they were killed go back to the sweep
     interrupted = [c for c in codes if c in INTERRUPT_CODES]
     gave_up = any(code != 0 and code not in INTERRUPT_CODES for code in codes)
     running = [r for r in store.runs() if r.state in ("running", "preempted")]

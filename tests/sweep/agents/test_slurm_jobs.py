@@ -60,9 +60,12 @@ def test_a_job_slurm_ended_is_named_and_no_failure_of_the_sweep(capsys):
         AgentJobEnd("7_1", "CANCELLED", 143),
         AgentJobEnd("7_2", "NODE_FAIL", None),
         AgentJobEnd("7_3", "COMPLETED", 1),  # its agent gave up: the sweep's failure
+        AgentJobEnd("7_4", "FAILED", None),  # the job failed outside its agent
+        AgentJobEnd("-", "NOT SUBMITTED", None),  # sbatch refused it
     ]
-    assert slurm_jobs.exit_codes(ends) == [0, 0, 0, 1]
+    assert slurm_jobs.exit_codes(ends) == [0, 0, 0, 1, 1, 1]
     out = capsys.readouterr().out
     assert "job 7_1 for good (CANCELLED; agent exit 143)" in out
     assert "job 7_2 for good (NODE_FAIL; its agent left no result)" in out
+    assert "job 7_4 failed (FAILED; its agent left no result)" in out
     assert "7_0" not in out and "7_3" not in out

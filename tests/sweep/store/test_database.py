@@ -327,3 +327,15 @@ def test_a_preempted_run_goes_to_the_next_agent_first_and_counts_once(tmp_path):
         pass
     points = [tuple(r.params.values()) for r in store.runs() if not r.superseded]
     assert len(points) == 8 and len(set(points)) == 8
+
+
+def test_only_the_agent_that_holds_a_run_records_its_end(tmp_path):
+    """An agent taken for lost (stopped or silent too long) while its trial went on: its run
+    went to another agent, and its late result does not overwrite that agent's record."""
+    store = _store(tmp_path)
+    run = _claim(store)
+    assert store.update_held(run.id, os.getpid(), exit_code=0)  # it holds the run
+    store.update(run.id, agent_pid=os.getpid() + 100_000)  # handed to another agent since
+    assert not store.update_held(run.id, os.getpid(), state="crashed", exit_code=-9)
+    again = store.run(run.id)
+    assert again.state == "running" and again.exit_code == 0

@@ -189,6 +189,7 @@ class LauncherJobs:
             returns = launcher.launch([list(fixed) for _ in jobs], initial_job_idx=0)
         except Exception as err:  # a job ended without a result: not requeued, or lost
             if self.name == SLURM:  # SLURM knows how each job ended; the others may still run
+                print(f"agents: {type(err).__name__}: {err}", flush=True)
                 return self._settled(config, len(jobs))
             print(
                 f"agents: a {self.name} job ended without a result ({type(err).__name__}: "

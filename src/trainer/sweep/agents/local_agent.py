@@ -208,6 +208,8 @@ class LocalAgent:
             if run is None and self._others_go_on(waiting):
                 waiting = True
                 continue
+            if run is None and self.signum is not None:  # stopped while waiting for the others
+                return 128 + self.signum
             if run is None:
                 print(
                     f"agent: sweep {self.sweep_id} has no more runs to hand out "
@@ -273,7 +275,7 @@ class LocalAgent:
         verb = "resuming" if resume else "starting"
         where = f" on GPU {','.join(run.devices)}" if run.devices else ""
         print(f"agent: {verb} run {run.id}{where} with {json.dumps(run.params)}", flush=True)
-        with open(log_path, "a" if resume else "w") as log:
+        with open(log_path, "a") as log:  # a run handed out again keeps its earlier lines
             log.write(" ".join(argv) + "\n")
             log.flush()
             proc = self.starter.start(argv, env, log, self.share.cores)
@@ -291,7 +293,7 @@ class LocalAgent:
             code = self._watch(run.id, proc, files.metrics)
         except BaseException:  # the agent itself fails (or is interrupted): the run is lost
             proc.kill()
-            self.store.update(run.id, state="crashed", ended_at=time.time(), pid=None)
+            self.store.update_held(run.id, os.getpid(), state="crashed", ended_at=time.time())
             raise
         finally:
             self._trial = None
@@ -306,8 +308,9 @@ class LocalAgent:
             self.engine.stopped_state,
             preempted=ended_by_cluster(self.signum),
         )
-        self.store.update(
+        held = self.store.update_held(
             run.id,
+            os.getpid(),
             state=state,
             preemptions=run.preemptions + (state == "preempted"),
             exit_code=code,
@@ -315,6 +318,13 @@ class LocalAgent:
             summary=summary,
             log_tail=None if state == "finished" else _tail(log_path),
         )
+        if not held:  # taken for lost while it went on (its agent stopped or silent too long)
+            print(
+                f"agent: run {run.id} went to another agent meanwhile (this agent was taken for "
+                f"lost); its end here (exit code {code}) is not recorded",
+                flush=True,
+            )
+            return "lost"
         why = "diverged, " if (summary or {}).get("status") == "diverged" else ""
         print(f"agent: run {run.id} {state} ({why}exit code {code}), log {log_path}", flush=True)
         return state

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +17,6 @@ ACTIVE = {
     "RUNNING",
     "REQUEUED",
     "REQUEUE_FED",
-    "REQUEUE_HOLD",
     "CONFIGURING",
     "COMPLETING",
     "RESIZING",
@@ -24,6 +24,17 @@ ACTIVE = {
     "STOPPED",
     "SIGNALING",
     "STAGE_OUT",
+}
+# States in which SLURM itself ended the job under its agent; its run went back to the sweep.
+# (REQUEUE_HOLD: requeued but held until someone releases it: the command does not wait.)
+ENDED_BY_CLUSTER = {
+    "CANCELLED",
+    "PREEMPTED",
+    "NODE_FAIL",
+    "TIMEOUT",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "REQUEUE_HOLD",
 }
 POLL_S = 5.0  # how often the command asks SLURM about a job it waits for
 SILENT_S = 600.0  # SLURM answering nothing (controller and accounting down) this long: stop asking
@@ -46,7 +57,8 @@ def job_ids(folder: str) -> dict[int, str]:
     found: dict[int, str] = {}
     pattern = folder.replace("%j", "*")
     base = Path("/") if pattern.startswith("/") else Path()
-    for submitted in sorted(base.glob(pattern.lstrip("/"))):
+    # oldest first (a resumed sweep's folder keeps its earlier jobs): the newest job wins
+    for submitted in sorted(base.glob(pattern.lstrip("/")), key=lambda p: p.stat().st_mtime):
         for pickle in Path(submitted).glob("*_submitted.pkl"):
             job_id = pickle.name[: -len("_submitted.pkl")]
             match = JOB_ID.match(job_id)
@@ -75,12 +87,17 @@ def job_state(job_id: str) -> str | None:
     return None
 
 
-def wait_for(job_id: str, poll_s: float = POLL_S, silent_s: float = SILENT_S) -> str:
-    """Wait while the job may still run its agent; its final state ("UNKNOWN" when SLURM said
-    nothing for `silent_s`)."""
+def wait_for(
+    job_id: str, ended: Callable[[], bool], poll_s: float = POLL_S, silent_s: float = SILENT_S
+) -> str:
+    """Wait while the job may still run its agent; its final state. SLURM forgets a finished
+    job (squeue after MinJobAge; sacct where no accounting runs): one that left its result
+    (`ended()`) then COMPLETED, else "UNKNOWN" once SLURM has said nothing for `silent_s`."""
     told, heard = False, time.monotonic()
     while True:
         state = job_state(job_id)
+        if state is None and ended():
+            return "COMPLETED"
         if state is not None:
             heard = time.monotonic()
             if state not in ACTIVE:
@@ -97,16 +114,23 @@ def wait_for(job_id: str, poll_s: float = POLL_S, silent_s: float = SILENT_S) ->
         time.sleep(poll_s)
 
 
+def _result(folder: str, job_id: str) -> Path:
+    """Where submitit keeps the result of the job's task."""
+    import submitit
+
+    return submitit.SlurmJob(folder=folder, job_id=job_id, tasks=(0,)).paths.result_pickle
+
+
 def agent_code(folder: str, job_id: str) -> int | None:
     """The exit code the job's agent returned (its submitit result), or None when it left none
     (killed with its job) or failed outside the agent."""
     import submitit
     from hydra.core.utils import JobStatus
 
-    job = submitit.SlurmJob(folder=folder, job_id=job_id, tasks=(0,))
-    if not job.paths.result_pickle.exists():
+    result = _result(folder, job_id)
+    if not result.exists():
         return None
-    outcome, value = submitit.core.utils.pickle_load(job.paths.result_pickle)
+    outcome, value = submitit.core.utils.pickle_load(result)
     if outcome != "success" or getattr(value, "status", None) != JobStatus.COMPLETED:
         return None
     return int(value.return_value)
@@ -122,7 +146,7 @@ def settle(folder: str, count: int) -> list[AgentJobEnd]:
         if job_id is None:  # never submitted (the launcher failed first)
             ends.append(AgentJobEnd("-", "NOT SUBMITTED", None))
             continue
-        state = wait_for(job_id)
+        state = wait_for(job_id, lambda job=job_id: _result(folder, job).exists())
         ends.append(AgentJobEnd(job_id, state, agent_code(folder, job_id)))
     return ends
 
@@ -134,13 +158,21 @@ def exit_codes(ends: list[AgentJobEnd]) -> list[int]:
     finished it."""
     codes = []
     for end in ends:
-        cluster = end.state != "COMPLETED" or end.code is None
-        if cluster:
-            how = "its agent left no result" if end.code is None else f"agent exit {end.code}"
+        how = "its agent left no result" if end.code is None else f"agent exit {end.code}"
+        if end.state in ENDED_BY_CLUSTER:
             print(
                 f"agents: SLURM ended job {end.job_id} for good ({end.state}; {how}); a run it "
                 "held went back to the sweep for the other agents",
                 flush=True,
             )
-        codes.append(0 if cluster else end.code)
+            codes.append(0)
+        elif end.state != "COMPLETED" or end.code is None:  # it failed, or never ran
+            print(
+                f"agents: SLURM job {end.job_id} failed ({end.state}; {how}); its log is in "
+                "the sweep's agent-jobs/.submitit/",
+                flush=True,
+            )
+            codes.append(1)
+        else:
+            codes.append(end.code)
     return codes

@@ -363,6 +363,18 @@ class SweepStore:
             db.execute(update(t.runs).where(t.runs.c.id == run_id).values(**values))
 
     @retrying
+    def update_held(self, run_id: str, agent_pid: int, **fields: Any) -> bool:
+        """Update `run_id` only while the agent `agent_pid` of this host still holds it (it
+        runs under that agent); False when the run went to another agent meanwhile (this agent
+        was taken for lost: stopped, or silent too long), whose record then stands."""
+        values = {k: json.dumps(v) if k in JSON_COLUMNS else v for k, v in fields.items()}
+        r = t.runs.c
+        held = (r.id == run_id) & (r.agent_pid == agent_pid) & (r.host == Holder.of(agent_pid).host)
+        with self.transaction(serialize=False) as db:
+            done = db.execute(update(t.runs).where(held & (r.state == "running")).values(**values))
+        return done.rowcount > 0
+
+    @retrying
     def add_metrics(self, run_id: str, rows: list[dict[str, Any]], first_step: int) -> None:
         """Append per-epoch metric rows (step = epoch index) and refresh the heartbeat."""
         with self.transaction(serialize=False) as db:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainer.layout import RunLayout
 from trainer.sweep.agents.liveness import Holder
 
 
@@ -55,6 +56,8 @@ class RunRecord:
         summary says so) with the checkpoint it saved."""
         if self.state == "preempted":
             return True
+        if self.losses and self.run_dir and RunLayout(Path(self.run_dir)).last.is_file():
+            return True  # crashed after max_retries losses, rerun: from its last.pt
         doc = self.summary or {}
         path = (doc.get("paths") or {}).get("checkpoint")
         return doc.get("status") == "interrupted" and bool(path) and Path(path).is_file()
