@@ -172,11 +172,11 @@ def slurmctld_restart(victim, node: str) -> None:
 
 
 def time_limit(victim, node: str) -> None:
-    """The job's time limit cut to one minute once it has run 40 s: SLURM ends it at the limit
-    (its next check, up to 30 s later) with SIGTERM; the sweep runs with signal_delay_s=0, so
-    no warning comes before."""
+    """The job's time limit cut to one minute once it has run a minute: SLURM ends it at its
+    next check (up to 30 s later), mid-trial, with SIGTERM; the sweep runs with
+    signal_delay_s=0, so no warning comes before."""
     job = agent_job(victim.agent_pid)
-    until("the job's 40th second", lambda: _elapsed_s(job) >= 40, timeout=120, every=1)
+    until("the job's 60th second", lambda: _elapsed_s(job) >= 60, timeout=180, every=1)
     slurm("scontrol", "update", f"JobId={job}", "TimeLimit=1")
 
 
@@ -214,7 +214,8 @@ def sweep_argv(
     if fault not in LOCAL:
         argv += [*SLURM_JOBS, f"hydra.launcher.partition={partition}"]
     if fault == "time_limit":
-        argv += ["hydra.launcher.signal_delay_s=0", f"trainer.max_epochs={EPOCHS * 6}"]
+        # trials of a few minutes: the victim still trains when SLURM's limit check comes
+        argv += ["hydra.launcher.signal_delay_s=0", f"trainer.max_epochs={EPOCHS * 16}"]
     if storage is not None:
         argv.append(f"hydra.sweeper.storage='{storage}'")  # Hydra's quotes: the URL has '='
     return argv
@@ -391,6 +392,16 @@ def markdown(rows: list[Outcome], meta: dict) -> str:
     )
 
 
+def _with_earlier(path: Path, rows: list[Outcome]) -> list[Outcome]:
+    """`rows` and, from the table already in `path`, the rows of faults and stores not run now
+    (`--faults requeue` refreshes one row of the published table), in the table's order."""
+    earlier = json.loads(path.read_text())["rows"] if path.is_file() else []
+    fresh = {(r.fault, r.store) for r in rows}
+    kept = [Outcome(**row) for row in earlier if (row["fault"], row["store"]) not in fresh]
+    order = {name: i for i, name in enumerate(FAULTS)}
+    return sorted([*kept, *rows], key=lambda r: (order.get(r.fault, 99), r.store != "sqlite"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.sweep_faults", description=__doc__)
     parser.add_argument("--faults", default=",".join(FAULTS))
@@ -419,6 +430,7 @@ def main(argv: list[str] | None = None) -> int:
         "sweep": f"grid of {len(POINTS)} points, 2 agents, {EPOCHS} epochs of small_cnn/digits",
     }
     folder = destination.folder(args)
+    rows = _with_earlier(folder / "sweep_faults.json", rows)
     (folder / "sweep_faults.json").write_text(
         json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=2)
     )

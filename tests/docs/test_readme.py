@@ -274,6 +274,11 @@ COMMANDS: dict[str, Run | NotRun] = {
     "ssh -N -L 8765:127.0.0.1:8765 login.cluster.example": NotRun(
         "an SSH tunnel to another machine (login.cluster.example is an example)"
     ),
+    "python -m benchmarks.sweep_faults": NotRun(
+        "injects six cluster faults for about 15 minutes on a real SLURM; its requeue and "
+        "SIGKILL cases run in tests/plugin/test_slurm_faults.py and "
+        "tests/sweep/agents/test_faults.py"
+    ),
     "python -m benchmarks.sweep_cluster": NotRun(
         "three whole sweeps and SLURM jobs; tests/benchmarks/test_benchmarks.py::"
         "test_sweep_cluster_writes_its_table runs it reduced"
