@@ -78,10 +78,13 @@ def check_overrides(argv: list[str], app: App = TRAIN) -> None:
         return
     args, overrides = parsed
     problems, suspects = [], []
+    ours = _wandb_sweep(overrides)
     for o in overrides:
         key = o.key_or_group
         if o.package is not None or o.is_add() or o.is_force_add() or o.is_delete():
             continue
+        if ours and o.is_sweep_override():  # the sweeper's parameters: it reports their
+            continue  # problems with every other problem of the sweep at once
         if key == _LAUNCHER:
             suspects += [(o, v) for v in _choices(o) if v not in _launchers()]
             continue
@@ -101,6 +104,17 @@ def check_overrides(argv: list[str], app: App = TRAIN) -> None:
         raise ConfigError(_paragraph(problems))
     if suspects:
         _confirm(app, args, overrides, suspects)
+
+
+def _wandb_sweep(overrides: list[Any]) -> bool:
+    """Whether the command line runs this project's sweeper (`sweep=...`, hydra/sweeper=wandb),
+    which checks the swept keys itself."""
+    for o in overrides:
+        if o.key_or_group == "sweep" or (
+            o.key_or_group == "hydra/sweeper" and str(o.value()) == "wandb"
+        ):
+            return True
+    return False
 
 
 def _paragraph(problems: list[str]) -> str:

@@ -504,7 +504,7 @@ def test_scenario_wandb_backend_without_a_key(shell):
         "hydra.sweeper.project=my-project"
     )
     for line in (cmd, engines):
-        proc = _type(shell, line, rc=1, env=env)
+        proc = _type(shell, line, rc=2, env=env)  # a pre-launch error, as a bad value
         assert "needs a W&B API key" in proc.out and "wandb login" in proc.out
         assert not (shell.outputs / "sweeps").exists() or not any(
             (shell.outputs / "sweeps").iterdir()

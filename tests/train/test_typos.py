@@ -47,7 +47,8 @@ def test_typo_is_our_paragraph_exit_2(args, words, tmp_path):
     "args, words",
     [
         (["max_epochs=1"], ["max_epochs is not a known setting", "trainer"]),
-        (["sweep=lr_random", "optimizer.weight_decy=0,0.1"], ["optimizer.weight_decay"]),
+        (["-m", "optimizer.weight_decy=0,0.1"], ["optimizer.weight_decay"]),
+        (["sweep=lr_random", "optimizer.weight_decy=0.1"], ["optimizer.weight_decay"]),
         (["-m", "model=small_cnn,resnet19"], ["model='resnet19'"]),
         (["sweep=lr_rando"], ["Did you mean sweep=lr_random?"]),
         (["sweep=lr_random", "hydra/launcher=joblb"], ["Did you mean hydra/launcher=joblib?"]),
@@ -59,6 +60,13 @@ def test_more_typos_in_process(args, words):
         check_overrides(["trainer", *args])
     for word in words:
         assert word in str(err.value)
+
+
+def test_a_swept_key_of_this_projects_sweep_is_left_to_its_sweeper():
+    """`sweep=...` with a swept typo: the sweeper reports it with every other problem of the
+    sweep at once (tests/plugin/test_wandb_sweeper.py), so the front door lets it through."""
+    check_overrides(["trainer", "sweep=lr_random", "optimizer.weight_decy=0,0.1"])
+    check_overrides(["trainer", "hydra/sweeper=wandb", "-m", "optimizer.lrr=0.1,0.2"])
 
 
 @pytest.fixture
