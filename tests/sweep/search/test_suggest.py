@@ -4,6 +4,7 @@ median pruner prunes a clearly bad run, and kill -9 then resume continues the sa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -12,6 +13,7 @@ import sys
 import textwrap
 import time
 
+import psutil
 import pytest
 
 from tests.sweep_commands import TRIAL
@@ -140,12 +142,17 @@ def test_kill_9_then_resume_continues_the_same_study(tmp_path):
             break
         time.sleep(0.2)
     assert db is not None, "the sweep never got going"
-    store = SweepStore(db)
-    before = store.runs()
-    os.kill(sweeper.pid, signal.SIGKILL)
-    for pid in {r.agent_pid for r in before if r.state == "running"}:
-        os.kill(pid, signal.SIGKILL)
+    # the machine dies: the sweep command, its agents and their trials, all at once (an agent
+    # left alive would go on with the old optimizer lease)
+    doomed = [psutil.Process(sweeper.pid)]
+    doomed += doomed[0].children(recursive=True)
+    for process in doomed:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.send_signal(signal.SIGKILL)
     sweeper.wait()
+    psutil.wait_procs(doomed, timeout=30)
+    store = SweepStore(db)
+    before = store.runs()  # after the kill: nothing changes the store any more
     finished_before = {r.id for r in store.runs() if r.state == "finished"}
     queued_before = {s.seq for s in SuggestionQueue(store).queued()}
 

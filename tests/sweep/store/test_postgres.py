@@ -57,7 +57,12 @@ def test_eight_agents_claiming_at_once_get_each_run_exactly_once(postgres, tmp_p
     sweep_id = "t" + uuid.uuid4().hex[:8]
     store = open_store(sweep_dir, url or None, sweep_id)
     argv = [sys.executable, str(CLAIMER), url, str(sweep_dir), sweep_id, "40"]
-    agents = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) for _ in range(8)]
+    go = tmp_path / "go"  # every claimer waits for it: they all claim at once
+    env = {**os.environ, "CLAIMER_GO": str(go), "CLAIMER_HOLD_S": "0.05"}
+    agents = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env) for _ in range(8)]
+    for agent in agents:
+        assert agent.stdout.readline().strip() == "ready"
+    go.touch()
     outs = [agent.communicate(timeout=300)[0] for agent in agents]
     assert [agent.returncode for agent in agents] == [0] * 8
     claimed = [run_id for out in outs for run_id in out.split()]
