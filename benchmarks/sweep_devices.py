@@ -22,6 +22,7 @@ import torch
 from benchmarks import destination
 from trainer.sweep.agents.gpu_slots import DevicePlan, resolve
 from trainer.sweep.local import run_sweep
+from trainer.sweep.options import SweepOptions
 
 
 def _config(args: argparse.Namespace) -> dict:
@@ -50,7 +51,7 @@ def timed_sweep(args: argparse.Namespace, plan: DevicePlan, agents: int) -> tupl
     """Wall seconds of one sweep in fresh folders, and its runs' (state, devices)."""
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
-        res = run_sweep(_config(args), root=Path(tmp), agents=agents, devices=plan)
+        res = run_sweep(_config(args), SweepOptions(agents=agents), root=Path(tmp), devices=plan)
         wall = time.perf_counter() - started
     return wall, [(r["state"], ",".join(r["devices"])) for r in res["runs"]]
 

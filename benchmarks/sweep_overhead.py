@@ -26,6 +26,7 @@ import torch
 from benchmarks import destination, md_table
 from trainer.sweep.agents.trial_start import ENV_SWITCH
 from trainer.sweep.local import run_sweep
+from trainer.sweep.options import SweepOptions
 from trainer.sweep.store.database import SweepStore
 
 MODES = {"template": "1", "process": "0"}  # TRAINER_TRIAL_TEMPLATE
@@ -59,7 +60,7 @@ def sweep(args: argparse.Namespace, mode: str) -> tuple[list[dict], float]:
         env = {"TRAINER_CACHE_DIR": str(Path(tmp) / "cache"), ENV_SWITCH: MODES[mode]}
         with mock.patch.dict(os.environ, env):  # restored after, for whoever calls main()
             started = time.perf_counter()
-            res = run_sweep(_config(args), root=Path(tmp) / "outputs", agents=1)
+            res = run_sweep(_config(args), SweepOptions(agents=1), root=Path(tmp) / "outputs")
             wall = time.perf_counter() - started
         store = SweepStore(Path(tmp) / "outputs" / "sweeps" / res["sweep_id"] / "sweep.db")
         rows = []

@@ -88,6 +88,28 @@ def test_the_rules_see_every_room():
     assert any(_is_training(m) for m in MODULES) and PORT in MODULES
 
 
+# The sweep side's rooms import one way, down this order: the store knows no other room, the
+# search engines read the store, the spec checks a definition with the engines' knowledge, and
+# the agents and the report use all three (and never each other).
+SWEEP_ROOMS = {"store": 0, "search": 1, "spec": 2, "agents": 3, "report": 3}
+
+
+def _sweep_room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if module.startswith("trainer.sweep.") and parts[2] in SWEEP_ROOMS else None
+
+
+def test_sweep_rooms_import_one_way():
+    wrong = sorted(
+        f"{m} -> {t}"
+        for m in MODULES
+        if (room := _sweep_room(m))
+        for t in GRAPH[m]
+        if (other := _sweep_room(t)) and other != room and SWEEP_ROOMS[other] >= SWEEP_ROOMS[room]
+    )
+    assert wrong == []
+
+
 def test_training_never_imports_the_sweep_side():
     wrong = sorted(
         f"{m} -> {t}" for m in MODULES if _is_training(m) for t in GRAPH[m] if _in(t, SWEEP_SIDE)

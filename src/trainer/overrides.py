@@ -77,7 +77,7 @@ def check_overrides(argv: list[str], app: App = TRAIN) -> None:
     if parsed is None or any(getattr(parsed[0], flag, None) for flag in _NO_COMPOSE):
         return
     args, overrides = parsed
-    problems, suspects = [], []
+    problems, suspects, sweeper = [], [], []
     ours = _wandb_sweep(overrides)
     for o in overrides:
         key = o.key_or_group
@@ -85,6 +85,9 @@ def check_overrides(argv: list[str], app: App = TRAIN) -> None:
             continue
         if ours and o.is_sweep_override():  # the sweeper's parameters: it reports their
             continue  # problems with every other problem of the sweep at once
+        if ours and key.startswith(_SWEEPER):
+            sweeper.append(o)
+            continue
         if key == _LAUNCHER:
             suspects += [(o, v) for v in _choices(o) if v not in _launchers()]
             continue
@@ -100,10 +103,58 @@ def check_overrides(argv: list[str], app: App = TRAIN) -> None:
                 problems.append(unknown_key_message(key, fields))
         elif head not in app.plain_keys:
             suspects.append((o, None))
+    problems += _sweeper_problems(sweeper)
     if problems:
         raise ConfigError(_paragraph(problems))
     if suspects:
         _confirm(app, args, overrides, suspects)
+
+
+def _sweeper_problems(overrides: list[Any]) -> list[str]:
+    """`hydra.sweeper.*` overrides that the sweeper's typed config refuses: a key it lacks, or a
+    value of the wrong type (a word for an integer), in the project's words before Hydra's. The
+    config is the one Hydra's plugin scan registered as hydra/sweeper=wandb."""
+    if not overrides:
+        return []
+    from hydra.core.config_store import ConfigStore
+    from hydra.core.plugins import Plugins
+    from omegaconf import OmegaConf
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+
+    Plugins.instance()  # imports every hydra_plugins module: their configs are stored
+    node = ConfigStore.instance().load("hydra/sweeper/wandb.yaml").node
+    problems = []
+    for o in overrides:
+        key = o.key_or_group.removeprefix(_SWEEPER)
+        try:
+            OmegaConf.update(OmegaConf.create(node), key, o.value(), merge=True)
+        except (ConfigAttributeError, ConfigKeyError):
+            problems.append(unknown_key_message(o.key_or_group, _beside(node, key)))
+        except OmegaConfBaseException as err:
+            reason = str(err).splitlines()[0]
+            wanted = next((w for name, w in _WANTED if name in reason), "a value of its type")
+            problems.append(f"{o.input_line} is refused ({reason}): give {wanted}")
+    return problems
+
+
+def _beside(node: Any, key: str) -> list[str]:
+    """The keys of the deepest block of `node` that dotted `key` reaches (its siblings)."""
+    from omegaconf import OmegaConf
+
+    for part in key.split(".")[:-1]:
+        if part not in node or not OmegaConf.is_dict(node[part]):
+            break
+        node = node[part]
+    return [k for k in node if not str(k).startswith("_")]
+
+
+_SWEEPER = "hydra.sweeper."
+# OmegaConf's names of the types it converts to, as the project says them.
+_WANTED = (
+    ("Integer", "an integer, or null where the key may be unset"),
+    ("Float", "a number"),
+    ("bool", "true or false"),
+)
 
 
 def _wandb_sweep(overrides: list[Any]) -> bool:

@@ -195,9 +195,10 @@ def test_agents_and_count_are_checked_before_anything_runs(tmp_path):
     assert "hydra.sweeper.agents=-1" in result.stderr and "hydra.sweeper.count=0" in result.stderr
     assert not (tmp_path / "outputs" / "sweeps").exists()
     from hydra_plugins.wandb_sweeper._impl import runner_problems
+    from trainer.sweep.options import SweepOptions
 
-    assert runner_problems({"backend": "wandb", "agents": 0, "count": None}) == []
-    assert len(runner_problems({"backend": "local", "agents": 0, "count": 2})) == 1
+    assert runner_problems(SweepOptions(backend="wandb", agents=0)) == []
+    assert len(runner_problems(SweepOptions(backend="local", agents=0, count=2))) == 1
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ import yaml
 from tests.sweep_commands import TRIAL
 from trainer.sweep.__main__ import main as sweep_cli
 from trainer.sweep.local import run_sweep
+from trainer.sweep.options import SweepOptions
 from trainer.sweep.report import leaderboard as report
 from trainer.sweep.search import classic as engine
 from trainer.sweep.store.directory import write_sweep_yaml
@@ -33,7 +34,7 @@ def test_grid_sweep_runs_every_point_and_reports(tmp_path, capsys):
         "grid",
         {"optimizer.lr": {"values": [0.01, 0.001]}, "data.batch_size": {"values": [128, 256]}},
     )
-    res = run_sweep(config, root=tmp_path, agents=2)
+    res = run_sweep(config, SweepOptions(agents=2), root=tmp_path)
     out = capsys.readouterr().out
     sweep_id = res["sweep_id"]
     directory = tmp_path / "sweeps" / sweep_id
@@ -72,7 +73,7 @@ def test_random_sweep_stops_at_run_cap(tmp_path):
         {"optimizer.lr": {"distribution": "log_uniform_values", "min": 1e-4, "max": 1e-1}},
         run_cap=2,
     )
-    res = run_sweep(config, root=tmp_path, agents=2)
+    res = run_sweep(config, SweepOptions(agents=2), root=tmp_path)
     assert len(res["runs"]) == 2
     assert all(r["state"] == "finished" for r in res["runs"])
     assert all(1e-4 <= r["params"]["optimizer.lr"] <= 1e-1 for r in res["runs"])
@@ -81,7 +82,7 @@ def test_random_sweep_stops_at_run_cap(tmp_path):
 @pytest.mark.slow
 def test_bayes_sweep_runs_a_few_and_count_limits_each_agent(tmp_path):
     config = _config("bayes", {"optimizer.lr": {"min": 0.001, "max": 0.1}})
-    res = run_sweep(config, root=tmp_path, agents=2, count=1)
+    res = run_sweep(config, SweepOptions(agents=2, count=1), root=tmp_path)
     assert len(res["runs"]) == 2 and all(r["state"] == "finished" for r in res["runs"])
     assert res["best"] is not None
 

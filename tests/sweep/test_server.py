@@ -23,6 +23,7 @@ from wandb.sdk.lib import config_util
 from tests.conftest import ROOT, make_cfg
 from tests.wandb_records import records, run_config
 from trainer.sweep import server
+from trainer.sweep.options import SweepOptions
 from trainer.sweep.spec.problems import schema_problems
 from trainer.sweep.spec.translate import build_sweep_config
 
@@ -66,7 +67,9 @@ def test_config_handed_to_wandb_sweep_is_valid_and_is_sweep_yaml(
         OmegaConf.to_container(cfg.hydra.sweeper), ["sweep=lr_bayes", "x=1"]
     )
     result = server.run_server_sweep(
-        config, project="proj", entity="team", sweep_id=None, agents=0, count=None, root=tmp_path
+        config,
+        SweepOptions(project="proj", entity="team", sweep_id=None, agents=0, count=None),
+        root=tmp_path,
     )
     ((handed, project, entity),) = calls
     assert (project, entity) == ("proj", "team")
@@ -242,7 +245,9 @@ def test_agents_are_wandb_agent_processes_logging_online(
         {"method": "random", "parameters": {"optimizer.lr": {"values": [0.1]}}}, []
     )
     result = server.run_server_sweep(
-        config, project="proj", entity="team", sweep_id=None, agents=2, count=3, root=tmp_path
+        config,
+        SweepOptions(project="proj", entity="team", sweep_id=None, agents=2, count=3),
+        root=tmp_path,
     )
     assert f"wandb agent team/proj/{SWEEP_ID}" in capsys.readouterr().out
     assert [argv[-4:] for argv, _ in started] == [
@@ -272,10 +277,7 @@ def test_one_wandb_agent_per_device_slot_with_its_gpus(local_server, monkeypatch
         {"method": "random", "parameters": {"optimizer.lr": {"values": [0.1]}}}, []
     )
     plan = DevicePlan(("0", "1", "2"), trials_per_device=2)
-    result = server.run_server_sweep(
-        config, project="p", entity="t", sweep_id=None, agents=None, count=None, root=tmp_path,
-        devices=plan,
-    )  # fmt: skip
+    result = server.run_server_sweep(config, SweepOptions(project="p", entity="t", sweep_id=None, agents=None, count=None), root=tmp_path, devices=plan)  # fmt: skip
     assert [env["CUDA_VISIBLE_DEVICES"] for env in started] == ["0", "0", "1", "1", "2", "2"]
     out = capsys.readouterr().out
     for device in "012":  # the lines another machine like this one runs

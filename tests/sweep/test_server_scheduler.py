@@ -12,6 +12,7 @@ import pytest
 
 from tests.sweep.test_server import SWEEP_ID, local_server  # noqa: F401  (the fixture)
 from trainer.sweep import server
+from trainer.sweep.options import SweepOptions
 from trainer.sweep.spec.translate import build_sweep_config
 
 OPTUNA = {
@@ -68,7 +69,9 @@ def test_the_scheduler_starts_before_the_agents_and_stops_after_them(
 ):
     config = build_sweep_config(OPTUNA, [])
     result = server.run_server_sweep(
-        config, project="proj", entity="team", sweep_id=None, agents=2, count=None, root=tmp_path
+        config,
+        SweepOptions(project="proj", entity="team", sweep_id=None, agents=2, count=None),
+        root=tmp_path,
     )
     created = {**config, "command": server.trial_command(config["command"], None)}
     assert recorded == [created] and recorded[0]["scheduler"] == {"engine": "optuna"}
@@ -92,7 +95,9 @@ def test_agents_0_creates_the_sweep_and_prints_both_lines_only(
 ):
     config = build_sweep_config(OPTUNA, [])
     server.run_server_sweep(
-        config, project="proj", entity="team", sweep_id=None, agents=0, count=None, root=tmp_path
+        config,
+        SweepOptions(project="proj", entity="team", sweep_id=None, agents=0, count=None),
+        root=tmp_path,
     )
     assert Recorder.started == []
     out = capsys.readouterr().out
@@ -102,7 +107,9 @@ def test_agents_0_creates_the_sweep_and_prints_both_lines_only(
 def test_a_sweep_without_scheduler_starts_no_scheduler(local_server, recorded, tmp_path):  # noqa: F811
     config = build_sweep_config({"method": "random", "parameters": OPTUNA["parameters"]}, [])
     server.run_server_sweep(
-        config, project="proj", entity="team", sweep_id=None, agents=1, count=None, root=tmp_path
+        config,
+        SweepOptions(project="proj", entity="team", sweep_id=None, agents=1, count=None),
+        root=tmp_path,
     )
     assert [p.argv[3] for p in Recorder.started] == ["agent"]
 
@@ -115,10 +122,7 @@ def test_without_credentials_it_fails_in_seconds_and_starts_nothing(
     monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
     started = time.monotonic()
     with pytest.raises(server.ServerUnavailable, match="wandb login"):
-        server.run_server_sweep(
-            build_sweep_config(OPTUNA, []),
-            project="proj", entity="team", sweep_id=None, agents=1, count=None, root=tmp_path,
-        )  # fmt: skip
+        server.run_server_sweep(build_sweep_config(OPTUNA, []), SweepOptions(project="proj", entity="team", sweep_id=None, agents=1, count=None), root=tmp_path)  # fmt: skip
     assert time.monotonic() - started < 5
     assert recorded == [] and Recorder.started == []
 
@@ -129,10 +133,7 @@ def test_joining_a_sweep_starts_agents_but_no_second_scheduler(
     tmp_path,
     capsys,
 ):
-    server.run_server_sweep(
-        build_sweep_config(OPTUNA, []),
-        project="proj", entity="team", sweep_id=SWEEP_ID, agents=1, count=None, root=tmp_path,
-    )  # fmt: skip
+    server.run_server_sweep(build_sweep_config(OPTUNA, []), SweepOptions(project="proj", entity="team", sweep_id=SWEEP_ID, agents=1, count=None), root=tmp_path)  # fmt: skip
     assert recorded == []  # nothing created
     assert [p.argv[3] for p in Recorder.started] == ["agent"]
     assert "wandb sweep-scheduler" in capsys.readouterr().out

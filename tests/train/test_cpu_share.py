@@ -305,7 +305,7 @@ def test_cpu_slots_of_another_host_take_no_core_of_this_one(tmp_path):
     """A sweep directory shared with another machine: the slots its agents hold (host node-b)
     stay in the ledger while they heartbeat, whatever their PIDs name here, and take none of
     this machine's cores; once silent they are dropped."""
-    from trainer.sweep.agents.liveness import Holder, this_host
+    from trainer.sweep.store.liveness import Holder, this_host
 
     limits = CpuLimits((0, 1))
     table = cpu_slots.CpuSlots(tmp_path)

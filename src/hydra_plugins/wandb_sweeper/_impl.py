@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from trainer.layout import SweepLayout, conf_dir, default_output_root
 from trainer.sweep.agents import gpu_slots
 from trainer.sweep.agents.launched import BASIC, LauncherJobs, launcher_name, launcher_problem
 from trainer.sweep.agents.outcome import agent_failure
+from trainer.sweep.options import AgentHooks, SweepOptions
 from trainer.sweep.spec.command import config_arguments, fixed_overrides
 from trainer.sweep.spec.custom_checks import check as scheduler_check
 from trainer.sweep.spec.custom_checks import definition_dirs, resolve_source
@@ -30,8 +32,6 @@ from trainer.sweep.spec.translate import (
 )
 from trainer.sweep.store.directory import write_sweep_yaml
 from trainer.validation import validate
-
-BACKENDS = ("local", "wandb")
 
 
 def config_keys(config: DictConfig) -> list[str]:
@@ -96,35 +96,9 @@ def agent_jobs(config: DictConfig, hydra_context: HydraContext) -> LauncherJobs 
     return None if name in (BASIC, None) else LauncherJobs(hydra_context, config, name)
 
 
-def runner_problems(options: dict[str, Any]) -> list[str]:
-    """Problems of how the sweep is run: backend, agents and count."""
-    problems = []
-    agents, count = options.get("agents"), options.get("count")
-    if options.get("backend") not in BACKENDS:
-        problems.append(
-            f"hydra.sweeper.backend={options.get('backend')!r} is not a backend; use local or wandb"
-        )
-    least = 0 if options.get("backend") == "wandb" else 1
-    if agents is not None and (
-        not isinstance(agents, int) or isinstance(agents, bool) or agents < least
-    ):
-        problems.append(
-            f"hydra.sweeper.agents={agents!r} must be an integer >= {least} "
-            "(0 only with backend=wandb, where it creates the sweep and starts no agent), or "
-            "null: one per device slot (hydra.sweeper.devices), else 1"
-        )
-    if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count <= 0):
-        problems.append(
-            f"hydra.sweeper.count={count!r} must be a positive number of runs per agent, "
-            "or left out (null) to run until the sweep ends"
-        )
-    retries = options.get("max_retries", 0)
-    if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
-        problems.append(
-            f"hydra.sweeper.max_retries={retries!r} must be an integer >= 0: the times a run "
-            "lost with its agent, job or host is handed out again (0: never; it is crashed)"
-        )
-    return problems + cpu_share.sweep_problems(options)
+def runner_problems(options: SweepOptions) -> list[str]:
+    """Problems of how the sweep is run: backend, agents, count, retries and CPUs per trial."""
+    return options.problems() + cpu_share.sweep_problems({"cpus_per_trial": options.cpus_per_trial})
 
 
 def _first_values(sweep_config: dict[str, Any]) -> dict[str, Any]:
@@ -192,11 +166,16 @@ def trial_config_problems(
 
 
 def prepare(
-    options: dict[str, Any], config: DictConfig, hydra_context: HydraContext, arguments: list[str]
-) -> dict[str, Any]:
-    """The validated W&B sweep configuration; ConfigError lists every problem."""
+    sweeper: dict[str, Any],
+    options: SweepOptions,
+    config: DictConfig,
+    hydra_context: HydraContext,
+    arguments: list[str],
+) -> tuple[dict[str, Any], gpu_slots.DevicePlan | None]:
+    """The validated W&B sweep configuration of the sweeper's keys and the command line, and the
+    device plan; ConfigError lists every problem."""
     try:
-        sweep_config = build_sweep_config(options, arguments, trial_config_args(config))
+        sweep_config = build_sweep_config(sweeper, arguments, trial_config_args(config))
     except TranslationError as err:
         raise ConfigError(str(err)) from err
     runtime = config.hydra.runtime  # scheduler.source may sit next to the sweep definition
@@ -204,15 +183,15 @@ def prepare(
     search = definition_dirs(OmegaConf.to_container(runtime.choices), sources)
     sweep_config = resolve_source(sweep_config, search)
     keys, groups = config_keys(config), config_groups(config, hydra_context)
-    engine = scheduler_check(sweep_config, keys, groups, options.get("backend"))
+    engine = scheduler_check(sweep_config, keys, groups, options.backend)
     for note in engine.notes:
         print(f"sweep: note: {note}", flush=True)
-    options["device_plan"], device_problems = gpu_slots.sweep_plan(options)
+    device_plan, device_problems = gpu_slots.sweep_plan(options)
     trial = trial_config_problems(
-        engine.trial_view(sweep_config), config, hydra_context, options.get("gpus_per_trial", 1)
+        engine.trial_view(sweep_config), config, hydra_context, options.gpus_per_trial
     )
     problems = [
-        *spelling_problems(options),
+        *spelling_problems(sweeper),
         *runner_problems(options),
         *([launcher] if (launcher := launcher_problem(_launcher_target(config))) else []),
         *device_problems,
@@ -220,7 +199,7 @@ def prepare(
         *trial,
     ]
     check_sweep(sweep_config, keys, groups, problems)
-    return sweep_config
+    return sweep_config, device_plan
 
 
 def dry_run(sweep_config: dict[str, Any], directory: Path) -> None:
@@ -232,84 +211,81 @@ def dry_run(sweep_config: dict[str, Any], directory: Path) -> None:
     print(f"# runs: {run_count(sweep_config)}")
 
 
-def _run_server(options: dict[str, Any], config: DictConfig, root: Path) -> dict[str, Any]:
+def _run_server(sweep_config: dict[str, Any], launch: Launch) -> dict[str, Any]:
     from trainer.sweep.server import ServerUnavailable, run_server_sweep
 
-    logger = config.get("logger") or {}
     try:
-        return run_server_sweep(
-            options["sweep_config"],
-            project=options["project"] or logger.get("project"),
-            entity=options["entity"] or logger.get("entity"),
-            sweep_id=options["sweep_id"],
-            agents=options["agents"],
-            count=options["count"],
-            root=root,
-            directory=user_sweep_dir(config),
-            cpus_per_trial=options["cpus_per_trial"],
-            devices=options["device_plan"],
-            before_agents=options.get("before_agents"),
-            start_agents=options.get("start_agents"),
-        )
+        return run_server_sweep(sweep_config, launch.options, **launch.where())
     except ServerUnavailable as err:  # nothing was started, but the sweep could not run
         raise TrainerError(str(err), exit_code=err.exit_code) from err
 
 
-def prewarm_hook(options: dict[str, Any], config: DictConfig, hydra_context: HydraContext):
+def prewarm_hook(
+    sweep_config: dict[str, Any],
+    options: SweepOptions,
+    config: DictConfig,
+    hydra_context: HydraContext,
+):
     """hydra.sweeper.prewarm: the sweep's distinct workloads, found now (composed as trials
     compose them), compiled by the backend before its agents start; None when off."""
-    if not options["prewarm"]:
+    if not options.prewarm:
         return None
     from trainer.sweep.prewarm import before_agents
 
-    sweep = options["sweep_config"]
-    compose = lambda values: trial_config(sweep, config, hydra_context, values)  # noqa: E731
-    return before_agents(options, compose, config.get("logger") or {})
+    compose = lambda values: trial_config(sweep_config, config, hydra_context, values)  # noqa: E731
+    return before_agents(sweep_config, options, compose)
 
 
-def _run_local(options: dict[str, Any], config: DictConfig, root: Path) -> dict[str, Any]:
+def _run_local(sweep_config: dict[str, Any], launch: Launch) -> dict[str, Any]:
     from trainer.sweep.local import run_sweep
 
-    return run_sweep(
-        options["sweep_config"],
-        root=root,
-        sweep_id=options["sweep_id"],
-        directory=user_sweep_dir(config),
-        agents=gpu_slots.agent_count(options["agents"], options["device_plan"]),
-        count=options["count"],
-        rerun_crashed=options["rerun_crashed"],
-        max_consecutive_failures=options["max_consecutive_failures"],
-        cpus_per_trial=options["cpus_per_trial"],
-        devices=options["device_plan"],
-        before_agents=options.get("before_agents"),
-        start_agents=options.get("start_agents"),
-        storage=options.get("storage"),
-        max_retries=options["max_retries"],
-    )
+    return run_sweep(sweep_config, launch.options, **launch.where())
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What the sweep command hands its backend besides the W&B configuration."""
+
+    options: SweepOptions
+    root: Path
+    directory: Path | None
+    devices: gpu_slots.DevicePlan | None
+    hooks: AgentHooks
+
+    def where(self) -> dict[str, Any]:
+        return {
+            "root": self.root,
+            "directory": self.directory,
+            "devices": self.devices,
+            "hooks": self.hooks,
+        }
 
 
 @exit_on_error
 def sweep(
     options: Any, config: DictConfig, hydra_context: HydraContext, arguments: list[str]
 ) -> Any:
-    options = {
+    sweeper = {
         k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
         for k, v in options.items()
     }
+    typed = SweepOptions.of(sweeper, config.get("logger") or {})
     root = Path(OmegaConf.select(config, "paths.output_dir") or default_output_root())
     try:
-        options["sweep_config"] = prepare(options, config, hydra_context, arguments)
+        sweep_config, devices = prepare(sweeper, typed, config, hydra_context, arguments)
     except KeyboardInterrupt:  # Ctrl-C during the checks: no traceback, nothing to keep
         raise TrainerError(
             "interrupted while checking the sweep; nothing was started or written",
             exit_code=128 + signal.SIGINT,
         ) from None
-    if options["dry_run"]:
-        return dry_run(options["sweep_config"], Path(config.hydra.sweep.dir).resolve())
-    options["before_agents"] = prewarm_hook(options, config, hydra_context)
-    options["start_agents"] = agent_jobs(config, hydra_context)
-    backend = _run_server if options["backend"] == "wandb" else _run_local
-    result = backend(options, config, root)
+    if typed.dry_run:
+        return dry_run(sweep_config, Path(config.hydra.sweep.dir).resolve())
+    hooks = AgentHooks(
+        prewarm_hook(sweep_config, typed, config, hydra_context), agent_jobs(config, hydra_context)
+    )
+    launch = Launch(typed, root, user_sweep_dir(config), devices, hooks)
+    backend = _run_server if typed.backend == "wandb" else _run_local
+    result = backend(sweep_config, launch)
     failure = agent_failure(result)
     if failure is not None:
         raise failure

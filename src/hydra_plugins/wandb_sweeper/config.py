@@ -23,24 +23,26 @@ class WandbSweeperConf:
     method: str = "random"  # grid | random | bayes | custom (with scheduler)
     # {name, goal, ...} or dotted (hydra.sweeper.metric.name=val/acc); null: no metric
     metric: Optional[MetricConf] = field(default_factory=MetricConf)  # noqa: UP045
-    parameters: dict[str, Any] = field(
-        default_factory=dict
-    )  # Hydra key or config group -> W&B spec
+    # Hydra key or config group -> W&B spec. Typed Any, as scheduler, early_terminate and
+    # devices below (W&B's free structure, or a choice of spellings), so that a whole search
+    # space typed on the command line (hydra.sweeper.parameters={optimizer.lr: {...}}) needs
+    # no `+` (an empty dict node refuses new keys under Hydra's struct flag)
+    parameters: Any = None
     # The same search space in Hydra's sweepers' spelling (Optuna, Nevergrad, Ax): Hydra key or
     # config group -> Hydra's override grammar, e.g. optimizer.lr: tag(log, interval(1e-4, 1e-1)),
     # model: choice(small_cnn, resnet18); a plain value is fixed for every trial. Use one of the
     # two spellings; the command line's sweeps (key=a,b) go with either.
-    params: Optional[dict[str, str]] = None  # noqa: UP045
+    params: Optional[dict[str, Any]] = None  # noqa: UP045
     # multi-objective (method: custom): [{name: val/acc, goal: maximize}, {name: ..., goal: ...}]
-    metrics: Any = None
+    metrics: Optional[list[MetricConf]] = None  # noqa: UP045
     # method: custom: {engine: optuna | ax | wandb, source: file.py, optimizer: study factory in
     # source, search_space: define-by-run function in source}; source: relative to the sweep
     # definition or the working directory
     scheduler: Any = None
     early_terminate: Any = None  # {type: hyperband, min_iter | max_iter + s, eta, strict}
-    run_cap: Any = None
-    name: Any = None
-    description: Any = None
+    run_cap: Optional[int] = None  # noqa: UP045  the most runs the sweep starts (every method)
+    name: Optional[str] = None  # noqa: UP045  the sweep's name (W&B)
+    description: Optional[str] = None  # noqa: UP045
     # Where and how it runs (the local sweep's files: hydra.sweep.dir when set, else
     # <paths.output_dir>/sweeps/<sweep id>/).
     backend: str = "local"  # local (offline, SQLite store) | wandb (the W&B server)
@@ -49,11 +51,11 @@ class WandbSweeperConf:
     storage: Optional[str] = None  # noqa: UP045
     # agents started here: null = one per device slot (see devices), or 1 on a machine without
     # GPUs (backend=wandb: 0 only creates the sweep)
-    agents: Any = None
-    count: Any = None  # runs per agent (None: until the sweep ends)
-    sweep_id: Any = None  # join or resume an existing sweep
-    project: Any = None  # backend=wandb: W&B project (default: logger.project)
-    entity: Any = None  # backend=wandb: W&B entity (default: logger.entity or your default)
+    agents: Optional[int] = None  # noqa: UP045
+    count: Optional[int] = None  # noqa: UP045  runs per agent (None: until the sweep ends)
+    sweep_id: Optional[str] = None  # noqa: UP045  join or resume an existing sweep
+    project: Optional[str] = None  # noqa: UP045  backend=wandb: W&B project (default: logger.project)
+    entity: Optional[str] = None  # noqa: UP045  backend=wandb: W&B entity (default: logger.entity)
     dry_run: bool = (
         False  # print the W&B config and the number of runs, write sweep.yaml, run nothing
     )
@@ -63,7 +65,7 @@ class WandbSweeperConf:
     # out again and resumed from its last.pt this many times, then crashed; a cluster's stop that
     # let the trial save (SLURM's warning, SIGTERM inside a job) always resumes, uncounted
     max_retries: int = 3
-    cpus_per_trial: Any = None  # CPUs (threads, cores) per concurrent trial; None: an equal share
+    cpus_per_trial: Optional[int] = None  # noqa: UP045  CPUs (threads, cores) per concurrent trial; None: an equal share
     # GPUs the trials use: auto (every GPU torch sees here; none on a CPU machine), a list of
     # indices (cuda:i as torch numbers them here), or null (no assignment); each trial gets its
     # devices through CUDA_VISIBLE_DEVICES, and a device runs trials_per_device trials at once

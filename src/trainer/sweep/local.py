@@ -15,13 +15,14 @@ from pathlib import Path
 from trainer import cpu_share
 from trainer.errors import TrainerError
 from trainer.layout import SweepLayout
-from trainer.sweep.agents.gpu_slots import DevicePlan
-from trainer.sweep.agents.launched import JOB_DIR, AgentJob, StartAgents, env_added
+from trainer.sweep.agents.gpu_slots import DevicePlan, agent_count
+from trainer.sweep.agents.launched import JOB_DIR, AgentJob, env_added
 from trainer.sweep.agents.outcome import INTERRUPT_CODES
+from trainer.sweep.options import AgentHooks, SweepOptions
 from trainer.sweep.report import leaderboard
 from trainer.sweep.report.watch import LiveStatus
 from trainer.sweep.search import dispatch
-from trainer.sweep.store.database import DEFAULT_MAX_RETRIES, SweepStore
+from trainer.sweep.store.database import SweepStore
 from trainer.sweep.store.directory import (
     create,
     find,
@@ -35,21 +36,19 @@ from trainer.sweep.store.opening import open_store, password_env, reachable
 LIVE_S = 1.0  # how often the live status is redrawn
 
 
-def _agent_argv(
-    layout: SweepLayout, count: int | None, rerun_crashed: bool, max_consecutive_failures: int
-) -> list[str]:
+def _agent_argv(layout: SweepLayout, options: SweepOptions) -> list[str]:
     argv = [
         sys.executable,
         "-m",
         "trainer.agent",
         str(layout.root),  # by directory: wherever the sweep lives
         "--max-consecutive-failures",
-        str(max_consecutive_failures),
+        str(options.max_consecutive_failures),
         "--no-report",  # run_sweep reports once, after all its agents
     ]
-    if count is not None:
-        argv += ["--count", str(count)]
-    if rerun_crashed:
+    if options.count is not None:
+        argv += ["--count", str(options.count)]
+    if options.rerun_crashed:
         argv.append("--rerun-crashed")
     return argv
 
@@ -164,29 +163,22 @@ def _killed(slot: int, code: int) -> int:
 
 def run_sweep(
     config: dict,
+    options: SweepOptions | None = None,
     *,
     root: str | Path,
-    sweep_id: str | None = None,
     directory: str | Path | None = None,
-    agents: int = 1,
-    count: int | None = None,
-    rerun_crashed: bool = False,
-    max_consecutive_failures: int = 5,
-    cpus_per_trial: int | None = None,
     devices: DevicePlan | None = None,
-    before_agents: Callable[[SweepLayout], None] | None = None,
-    start_agents: StartAgents | None = None,
-    storage: str | None = None,
-    max_retries: int = DEFAULT_MAX_RETRIES,
+    hooks: AgentHooks | None = None,
 ) -> dict:
-    """Create (sweep_id None) or reopen (sweep_id given) the local sweep in `directory` (the
-    user's hydra.sweep.dir) or <root>/sweeps/<sweep_id>/, run `agents` local agent processes
-    (each at most `count` trials; trials get GPUs from `devices`) until the sweep ends, print
-    the leaderboard, write results.json and best.yaml, and return the results dict.
-    `before_agents(layout)` runs first (hydra.sweeper.prewarm). `start_agents` runs the
-    agents as jobs of the user's Hydra launcher (None: local processes). `storage`: the
-    database URL holding the sweep's state (hydra.sweeper.storage; None: sweep.db);
-    `max_retries`: how often a run lost with its agent, job or host is handed out again."""
+    """Create (options.sweep_id None) or reopen (sweep_id given) the local sweep in `directory`
+    (the user's hydra.sweep.dir) or <root>/sweeps/<sweep_id>/, run `options.agents` local agent
+    processes (None: one per device slot of `devices`, else 1; each at most `options.count`
+    trials; trials get GPUs from `devices`) until the sweep ends, print the leaderboard, write
+    results.json and best.yaml, and return the results dict. `hooks`: what runs before the
+    agents (hydra.sweeper.prewarm) and the user's Hydra launcher that starts them as jobs."""
+    options = options or SweepOptions()
+    hooks = hooks or AgentHooks()
+    storage, sweep_id = options.storage, options.sweep_id
     root = Path(root).resolve()
     directory = Path(directory).resolve() if directory is not None else None
     if sweep_id is None:
@@ -194,19 +186,19 @@ def run_sweep(
     else:
         sweep_id, layout, store = _reopen(sweep_id, root, directory, storage)
     store.set("state", "running")
-    store.set("max_retries", max_retries)  # how often the agents hand a lost run out again
+    store.set("max_retries", options.max_retries)  # how often a lost run is handed out again
     if devices is not None:  # the GPUs its agents hand out (gpu_slots), this command's choice
         store.set("devices", devices.to_dict())
     hint = join_command(sweep_id, root, layout.root)
     print(f"sweep {sweep_id}: join from another terminal with {hint}", flush=True)
-    if before_agents is not None:
-        before_agents(layout)
-    argv = _agent_argv(layout, count, rerun_crashed, max_consecutive_failures)
-    n = max(agents, 1)  # agent i of n takes slot i of the CPUs (trainer.sweep.agents.cpu_slots)
-    envs = [agent_env(root, i, n, cpus_per_trial) for i in range(n)]
-    if start_agents is not None:  # no password in a job's files: PGPASSWORD or ~/.pgpass there
+    if hooks.before_agents is not None:
+        hooks.before_agents(layout)
+    argv = _agent_argv(layout, options)
+    n = max(agent_count(options.agents, devices), 1)  # agent i of n takes slot i of the CPUs
+    envs = [agent_env(root, i, n, options.cpus_per_trial) for i in range(n)]
+    if hooks.start_agents is not None:  # no password in a job's files: PGPASSWORD or ~/.pgpass
         jobs = [AgentJob(argv, env_added(env), os.getcwd()) for env in envs]
-        codes = start_agents(jobs, layout.root / JOB_DIR)
+        codes = hooks.start_agents(jobs, layout.root / JOB_DIR)
     else:
         envs = [{**env, **password_env(storage)} for env in envs]
         codes = _run_processes(argv, envs, live_status(store, sweep_id, layout))

@@ -17,6 +17,7 @@ from typing import Any
 from trainer.cache.env import BUNDLE_ENV, WANDB
 from trainer.cache.workload import label, workload, workload_id
 from trainer.layout import SweepLayout
+from trainer.sweep.options import SweepOptions
 
 FULL_PRODUCT = 256  # up to this many combinations, every one is composed; beyond, relevant keys
 
@@ -89,21 +90,20 @@ def plan(sweep_config: Mapping[str, Any], compose: Callable[[dict], Any]) -> Pla
 
 
 def before_agents(
-    options: Mapping[str, Any], compose: Callable[[dict], Any], logger: Mapping[str, Any]
+    sweep_config: dict[str, Any], options: SweepOptions, compose: Callable[[dict], Any]
 ) -> Callable[[SweepLayout], None]:
     """The sweeper's hook: plan now (a config problem shows before the sweep is created), say
     what prewarm cannot cover, and compile the plan when the backend calls it with the sweep's
     layout. With backend=wandb the bundle is the sweep's project's artifacts, logged online."""
-    sweep_config = options["sweep_config"]
     found = plan(sweep_config, compose)
     for note in found.notes:
         print(f"prewarm: {note}", flush=True)
     env: dict[str, str] = {}
-    if options["backend"] == "wandb":
+    if options.backend == "wandb":
         env = {BUNDLE_ENV: WANDB, "WANDB_MODE": "online"}
-        env["WANDB_PROJECT"] = options["project"] or logger.get("project")
-        if options["entity"] or logger.get("entity"):
-            env["WANDB_ENTITY"] = options["entity"] or logger.get("entity")
+        env["WANDB_PROJECT"] = options.project
+        if options.entity:
+            env["WANDB_ENTITY"] = options.entity
     return lambda layout: run(found.targets, sweep_config, layout, env)
 
 

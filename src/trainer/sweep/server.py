@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -20,6 +20,7 @@ from trainer.layout import SweepLayout
 from trainer.sweep.agents import gpu_slots
 from trainer.sweep.agents.gpu_slots import DevicePlan
 from trainer.sweep.agents.launched import FORWARDING, JOB_DIR, AgentJob, StartAgents, env_added
+from trainer.sweep.options import AgentHooks, SweepOptions
 from trainer.sweep.store.directory import write_sweep_yaml
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"
@@ -207,24 +208,20 @@ def _maybe_scheduler(
 
 def run_server_sweep(
     config: dict[str, Any],
+    options: SweepOptions,
     *,
-    project: str | None,
-    entity: str | None,
-    sweep_id: str | None,
-    agents: int | None,
-    count: int | None,
     root: Path,
     directory: Path | None = None,
-    cpus_per_trial: int | None = None,
     devices: DevicePlan | None = None,
-    before_agents: Callable[[SweepLayout], None] | None = None,
-    start_agents: StartAgents | None = None,
+    hooks: AgentHooks | None = None,
 ) -> dict[str, Any]:
-    """Create the sweep (or join `sweep_id`), print the agent line, run `agents` agents (None:
-    one per device slot), each on its slot's GPUs (or as jobs of the user's Hydra launcher:
-    `start_agents`), and wait. A new sweep's sweep.yaml goes into
-    `directory` (hydra.sweep.dir) or <root>/sweeps/<id>/; `before_agents(layout)` runs before
-    any agent starts (hydra.sweeper.prewarm)."""
+    """Create the sweep (or join `options.sweep_id`), print the agent line, run
+    `options.agents` agents (None: one per device slot), each on its slot's GPUs (or as jobs of
+    the user's Hydra launcher: `hooks.start_agents`), and wait. A new sweep's sweep.yaml goes
+    into `directory` (hydra.sweep.dir) or <root>/sweeps/<id>/; `hooks.before_agents(layout)`
+    runs before any agent starts (hydra.sweeper.prewarm)."""
+    hooks = hooks or AgentHooks()
+    project, entity, sweep_id = options.project, options.entity, options.sweep_id
     preflight()
     import wandb
 
@@ -240,15 +237,17 @@ def run_server_sweep(
     path = f"{entity}/{project}/{sweep_id}"
     slots = gpu_slots.fixed_slots(devices)
     _announce(sweep_id, path, slots)
-    agents = gpu_slots.agent_count(agents, devices)
-    if before_agents is not None:  # hydra.sweeper.prewarm: artifacts before any agent
-        before_agents(layout)
+    agents = gpu_slots.agent_count(options.agents, devices)
+    if hooks.before_agents is not None:  # hydra.sweeper.prewarm: artifacts before any agent
+        hooks.before_agents(layout)
     # Trials must report to the server (metrics feed bayes and hyperband): online, whatever
     # logger.mode says (the environment wins over it).
     env = {**os.environ, "WANDB_MODE": "online"}
     scheduler = _maybe_scheduler(config, path, agents, created, env)
     where = layout.root / JOB_DIR
-    codes = _run_agents(path, count, agents, env, cpus_per_trial, slots, start_agents, where)
+    codes = _run_agents(
+        path, options.count, agents, env, options.cpus_per_trial, slots, hooks.start_agents, where
+    )
     result = {"sweep_id": sweep_id, "backend": "wandb", "path": path, "agent_exit_codes": codes}
     if scheduler is not None:
         result["scheduler_exit_code"] = _stop_scheduler(scheduler)

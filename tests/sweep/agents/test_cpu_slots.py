@@ -17,6 +17,7 @@ from tests.sweep_commands import TRIAL
 from trainer import cpu_share
 from trainer.sweep.agents import cpu_slots
 from trainer.sweep.local import run_sweep
+from trainer.sweep.options import SweepOptions
 from trainer.sweep.store.database import SweepStore
 
 TINY = ["trainer.max_epochs=1", "trainer.max_steps=3"]
@@ -41,7 +42,7 @@ def test_two_concurrent_trials_each_get_half_the_cpus_on_their_own_cores(tmp_pat
         # a few seconds each, so the agents' first trials overlap however fast trials start
         "command": [*TRIAL, "trainer.max_epochs=12"],
     }
-    res = run_sweep(config, root=tmp_path, agents=2, count=2)  # two trials per agent
+    res = run_sweep(config, SweepOptions(agents=2, count=2), root=tmp_path)  # two trials per agent
     assert [r["state"] for r in res["runs"]] == ["finished"] * 4
     store = SweepStore(tmp_path / "sweeps" / res["sweep_id"] / "sweep.db")
     runs = store.runs()
@@ -183,10 +184,7 @@ def test_wandb_agents_started_here_get_the_same_shares(tmp_path, monkeypatch):
         "agent_command",
         lambda path, count: [sys.executable, "-c", report, str(tmp_path)],
     )
-    result = backend_wandb.run_server_sweep(
-        {"method": "random"}, project="p", entity="e", sweep_id=None, agents=2, count=None,
-        root=tmp_path,
-    )  # fmt: skip
+    result = backend_wandb.run_server_sweep({"method": "random"}, SweepOptions(project="p", entity="e", sweep_id=None, agents=2, count=None), root=tmp_path)  # fmt: skip
     assert result["agent_exit_codes"] == [0, 0]
     got = [json.loads(p.read_text()) for p in tmp_path.glob("agent*.json")]
     assert len(got) == 2

@@ -19,6 +19,7 @@ from tests.sweep_commands import TRIAL
 from trainer.sweep.agents import gpu_slots
 from trainer.sweep.agents.gpu_slots import DevicePlan, DevicePool, fixed_slots, resolve, sweep_plan
 from trainer.sweep.local import run_sweep
+from trainer.sweep.options import SweepOptions
 from trainer.sweep.spec.command import fixed_overrides, template
 from trainer.sweep.store.database import SweepStore
 from trainer.sweep.store.records import BUSY, RunRecord
@@ -66,18 +67,18 @@ def test_bad_devices_name_the_key_and_the_fix(option, said):
     ],
 )
 def test_device_plan_problems(options, said):
-    plan, problems = sweep_plan(options)
+    plan, problems = sweep_plan(SweepOptions(**options))
     assert plan is None or problems
     assert any(said in p for p in problems), problems
 
 
 def test_slots_follow_the_devices():
-    assert sweep_plan({"devices": [0, 1]})[0].slots == 2
-    assert sweep_plan({"devices": [0, 1], "trials_per_device": 3})[0].slots == 6
-    assert sweep_plan({"devices": [0, 1, 2, 3], "gpus_per_trial": 2})[0].slots == 2
-    assert gpu_slots.agent_count(None, sweep_plan({"devices": [0, 1]})[0]) == 2
-    assert gpu_slots.agent_count(None, sweep_plan({"devices": None})[0]) == 1
-    assert gpu_slots.agent_count(1, sweep_plan({"devices": [0, 1]})[0]) == 1
+    assert sweep_plan(SweepOptions(**{"devices": [0, 1]}))[0].slots == 2
+    assert sweep_plan(SweepOptions(**{"devices": [0, 1], "trials_per_device": 3}))[0].slots == 6
+    assert sweep_plan(SweepOptions(**{"devices": [0, 1, 2, 3], "gpus_per_trial": 2}))[0].slots == 2
+    assert gpu_slots.agent_count(None, sweep_plan(SweepOptions(**{"devices": [0, 1]}))[0]) == 2
+    assert gpu_slots.agent_count(None, sweep_plan(SweepOptions(**{"devices": None}))[0]) == 1
+    assert gpu_slots.agent_count(1, sweep_plan(SweepOptions(**{"devices": [0, 1]}))[0]) == 1
     assert fixed_slots(DevicePlan(("0", "1"), trials_per_device=2)) == [["0"], ["0"], ["1"], ["1"]]
     assert fixed_slots(DevicePlan(("0", "1", "2", "3"), gpus_per_trial=2)) == [
         ["0", "1"],
@@ -183,7 +184,12 @@ def _overlaps(runs):
 @pytest.mark.slow
 def test_four_trials_on_two_devices_never_share_one(tmp_path, capfd):
     plan = DevicePlan(("0", "1"))
-    res = run_sweep(_config(range(4), "trainer.max_steps=3"), root=tmp_path, agents=2, devices=plan)
+    res = run_sweep(
+        _config(range(4), "trainer.max_steps=3"),
+        SweepOptions(agents=2),
+        root=tmp_path,
+        devices=plan,
+    )
     runs = SweepStore(tmp_path / "sweeps" / res["sweep_id"] / "sweep.db").runs()
     assert [r.state for r in runs] == ["finished"] * 4
     assert _overlaps(runs) == {"0": 1, "1": 1}
@@ -202,7 +208,10 @@ def test_four_trials_on_two_devices_never_share_one(tmp_path, capfd):
 def test_two_trials_per_device_share_it_and_never_three(tmp_path):
     plan = DevicePlan(("0",), trials_per_device=2)
     res = run_sweep(
-        _config(range(4), "trainer.max_steps=40"), root=tmp_path, agents=2, devices=plan
+        _config(range(4), "trainer.max_steps=40"),
+        SweepOptions(agents=2),
+        root=tmp_path,
+        devices=plan,
     )
     runs = SweepStore(tmp_path / "sweeps" / res["sweep_id"] / "sweep.db").runs()
     assert all(r.state == "finished" and r.devices == ["0"] for r in runs)

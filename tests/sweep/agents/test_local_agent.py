@@ -12,9 +12,10 @@ import time
 import pytest
 
 from tests.sweep_commands import TRIAL
-from trainer.sweep.agents.liveness import pid_alive
 from trainer.sweep.local import run_sweep
+from trainer.sweep.options import SweepOptions
 from trainer.sweep.store.database import SweepStore
+from trainer.sweep.store.liveness import pid_alive
 
 pytestmark = pytest.mark.slow  # every test here starts processes or compiles
 
@@ -35,7 +36,7 @@ def test_four_agents_on_an_eight_point_grid_run_each_point_once(tmp_path):
         {"optimizer.lr": {"values": [0.01, 0.001]}, "trainer.seed": {"values": [0, 1, 2, 3]}},
         ["trainer.max_epochs=1", "trainer.max_steps=2"],
     )
-    res = run_sweep(config, root=tmp_path, agents=4)
+    res = run_sweep(config, SweepOptions(agents=4), root=tmp_path)
     points = [(r["params"]["optimizer.lr"], r["params"]["trainer.seed"]) for r in res["runs"]]
     assert len(points) == 8 and len(set(points)) == 8
     assert all(r["state"] == "finished" for r in res["runs"])
@@ -50,7 +51,7 @@ def test_hyperband_stops_a_clearly_worse_run_and_the_sweep_goes_on(tmp_path):
         ["trainer.max_epochs=8", "data.batch_size=128"],
         early_terminate={"type": "hyperband", "min_iter": 1, "eta": 3},
     )
-    res = run_sweep(config, root=tmp_path, agents=1)
+    res = run_sweep(config, SweepOptions(agents=1), root=tmp_path)
     by_lr = {r["params"]["optimizer.lr"]: r for r in res["runs"]}
     assert by_lr[0.01]["state"] == "finished" and by_lr[0.01]["epochs"] == 8
     worse = by_lr[1e-9]
@@ -65,7 +66,7 @@ def test_failing_runs_are_recorded_and_the_agent_gives_up(tmp_path, capfd):
         {"optimizer.lr": {"values": [1e12, 1e13, 0.01]}},
         ["optimizer=sgd", "trainer.max_epochs=1"],
     )
-    res = run_sweep(config, root=tmp_path, agents=1, max_consecutive_failures=2)
+    res = run_sweep(config, SweepOptions(agents=1, max_consecutive_failures=2), root=tmp_path)
     err = capfd.readouterr().err
     assert res["agent_exit_codes"] == [1]
     assert [r["state"] for r in res["runs"]] == ["failed", "failed"]  # the third never ran
@@ -79,14 +80,15 @@ def test_failing_runs_are_recorded_and_the_agent_gives_up(tmp_path, capfd):
 SWEEPER = """
 import sys
 from trainer.sweep.local import run_sweep
-from trainer.sweep.agents.liveness import pid_alive
+from trainer.sweep.store.liveness import pid_alive
+from trainer.sweep.options import SweepOptions
 config = {
     "method": "grid",
     "metric": {"name": "val/acc", "goal": "maximize"},
     "parameters": {"trainer.seed": {"values": [0, 1, 2, 3]}},
     "command": %r,
 }
-run_sweep(config, root=sys.argv[1], agents=2)
+run_sweep(config, SweepOptions(agents=2), root=sys.argv[1])
 """
 
 
@@ -120,7 +122,7 @@ def test_kill_9_then_resume_loses_and_repeats_nothing(tmp_path):
 
     # Resumed by id: the runs lost with their agents go back to the sweep and resume in place
     # (same run ids, no rerun_crashed needed), each counted as one loss.
-    res = run_sweep({}, root=tmp_path, sweep_id=db.parent.name, agents=2)
+    res = run_sweep({}, SweepOptions(sweep_id=db.parent.name, agents=2), root=tmp_path)
     runs = store.runs()
     assert not any(r.superseded for r in runs) and len(runs) == 4
     assert sorted(r.params["trainer.seed"] for r in runs) == [0, 1, 2, 3]

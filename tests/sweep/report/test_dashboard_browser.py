@@ -15,6 +15,7 @@ import pytest
 
 from tests.sweep_commands import TRIAL
 from trainer.sweep.local import run_sweep
+from trainer.sweep.options import SweepOptions
 
 pytestmark = pytest.mark.slow
 CHROMIUM, DRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
@@ -102,7 +103,7 @@ def _drawn(driver, chart: str) -> None:
 def test_the_page_shows_every_run_and_chart_and_a_new_run_without_reload(tmp_path):
     started = time.monotonic()
     driver = _browser(tmp_path / "chromium")
-    res = run_sweep(CONFIG, root=tmp_path, agents=1, count=2)  # 2 of its 3 runs
+    res = run_sweep(CONFIG, SweepOptions(agents=1, count=2), root=tmp_path)  # 2 of its 3 runs
     sweep_id, first = res["sweep_id"], {r["id"] for r in res["runs"]}
     print(f"sweep of 2 runs: {time.monotonic() - started:.1f} s")
     process, url = _dashboard(tmp_path, sweep_id)

@@ -18,6 +18,7 @@ import pytest
 
 from tests.sweep_commands import TRIAL
 from trainer.sweep.local import run_sweep
+from trainer.sweep.options import SweepOptions
 from trainer.sweep.report import leaderboard, pareto
 from trainer.sweep.store.database import SweepStore
 from trainer.sweep.store.suggestions import SuggestionQueue
@@ -41,7 +42,7 @@ def test_two_agents_share_a_two_objective_study_and_write_its_pareto_front(tmp_p
         "parameters": {"optimizer.lr": LR, "data.batch_size": {"values": [16, 64, 256]}},
         "command": QUICK,
     }  # fmt: skip
-    res = run_sweep(config, root=tmp_path, agents=2)
+    res = run_sweep(config, SweepOptions(agents=2), root=tmp_path)
     runs = res["runs"]
     assert len(runs) == 6 and all(r["state"] == "finished" for r in runs)
     assert len({json.dumps(r["params"], sort_keys=True) for r in runs}) == 6
@@ -93,7 +94,7 @@ def test_a_median_pruner_prunes_a_clearly_bad_run_which_keeps_its_checkpoint(tmp
         },
         "command": [*TRIAL, "data.batch_size=128"],
     }  # fmt: skip
-    res = run_sweep(config, root=tmp_path, agents=1)
+    res = run_sweep(config, SweepOptions(agents=1), root=tmp_path)
     by_lr = {r["params"]["optimizer.lr"]: r for r in res["runs"]}
     bad = by_lr[1e-9]
     assert bad["state"] == "pruned" and bad["exit_code"] == 143
@@ -110,7 +111,8 @@ SWEEPER = """
 import sys
 from trainer.sweep.local import run_sweep
 from trainer.sweep.store.suggestions import SuggestionQueue
-run_sweep(%r, root=sys.argv[1], agents=2)
+from trainer.sweep.options import SweepOptions
+run_sweep(%r, SweepOptions(agents=2), root=sys.argv[1])
 """
 
 
@@ -156,7 +158,9 @@ def test_kill_9_then_resume_continues_the_same_study(tmp_path):
     finished_before = {r.id for r in store.runs() if r.state == "finished"}
     queued_before = {s.seq for s in SuggestionQueue(store).queued()}
 
-    res = run_sweep({}, root=tmp_path, sweep_id=db.parent.name, agents=2, rerun_crashed=True)
+    res = run_sweep(
+        {}, SweepOptions(sweep_id=db.parent.name, agents=2, rerun_crashed=True), root=tmp_path
+    )
     live = [r for r in store.runs() if not r.superseded]
     assert len(live) == 8 and all(r.state == "finished" for r in live)
     assert len({r.params["optimizer.lr"] for r in live}) == 8  # nothing lost or repeated
@@ -187,7 +191,7 @@ def test_engine_ax_runs_a_small_sweep_when_installed(tmp_path):
         "parameters": {"optimizer.lr": LR, "optimizer.momentum": {"min": 0.5, "max": 0.99}},
         "command": QUICK,
     }
-    res = run_sweep(config, root=tmp_path, agents=1)
+    res = run_sweep(config, SweepOptions(agents=1), root=tmp_path)
     assert [r["state"] for r in res["runs"]] == ["finished"] * 3
     assert res["engine"].startswith("W&B scheduler optimizer, engine ax (ax-platform ")
     assert all(0.5 <= r["params"]["optimizer.momentum"] <= 0.99 for r in res["runs"])

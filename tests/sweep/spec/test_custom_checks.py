@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from tests.conftest import CONF, run_cli
-from trainer.sweep.spec import custom_method
+from trainer.sweep.search import custom_method
 from trainer.sweep.spec.custom_checks import check, definition_dirs, resolve_source
 from trainer.sweep.spec.problems import sweep_problems
 

@@ -222,7 +222,7 @@ def test_a_killed_agent_lingering_as_a_zombie_counts_as_gone():
     import subprocess
     import time
 
-    from trainer.sweep.agents.liveness import pid_alive as _pid_alive
+    from trainer.sweep.store.liveness import pid_alive as _pid_alive
 
     proc = subprocess.Popen(["sleep", "30"])
     assert _pid_alive(proc.pid)

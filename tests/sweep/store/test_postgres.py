@@ -19,8 +19,8 @@ import pytest
 
 from trainer.errors import TrainerError
 from trainer.layout import SweepLayout
-from trainer.sweep.agents.liveness import STALE_S, this_host
 from trainer.sweep.report import leaderboard
+from trainer.sweep.store.liveness import STALE_S, this_host
 from trainer.sweep.store.opening import open_store, open_sweep, recorded, sweep_ids
 from trainer.sweep.store.storage import Storage
 

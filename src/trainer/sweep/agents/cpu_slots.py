@@ -1,6 +1,6 @@
 """Which cores the live agents of one local sweep hold: their rows of the store's slot ledger
 (`agent_slots` in sweep.db, beside the devices each running run holds), changed in the store's
-transactions and judged alive as runs are (trainer.sweep.agents.liveness). Cores are a machine's:
+transactions and judged alive as runs are (trainer.sweep.store.liveness). Cores are a machine's:
 an agent counts the slots of its own host only. An agent that joins later takes free cores only,
 and a dead agent's cores are free again."""
 
@@ -23,8 +23,8 @@ from trainer.cpu_share import (
     process_limits,
 )
 from trainer.layout import SweepLayout
-from trainer.sweep.agents.liveness import Holder, this_host
 from trainer.sweep.store.database import SweepStore
+from trainer.sweep.store.liveness import Holder, this_host
 from trainer.sweep.store.reconnect import retrying
 
 WAIT_S = 1.0  # how often an agent with no free core looks again

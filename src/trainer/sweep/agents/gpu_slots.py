@@ -3,7 +3,7 @@ auto or indices), how many trials share one (`trials_per_device`) or how many on
 (`gpus_per_trial`, through torchrun), and a free device for each trial, chosen inside the store's
 claim transaction from the running runs that hold devices on this machine (the store's slot
 ledger: a run's devices are free again when it ends or its agent dies, as
-trainer.sweep.agents.liveness judges it)."""
+trainer.sweep.store.liveness judges it)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,12 @@ import os
 import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from trainer.sweep.agents.liveness import this_host
+from trainer.sweep.store.liveness import this_host
+
+if TYPE_CHECKING:
+    from trainer.sweep.options import SweepOptions
 
 ENV = "CUDA_VISIBLE_DEVICES"
 # The parameters that decide what a trial compiles (architecture, input shapes, compile
@@ -104,29 +107,27 @@ class DevicePlan:
         return cls(**{**data, "devices": tuple(data.get("devices") or ())})
 
 
-def _positive(options: Mapping[str, Any], key: str) -> str | None:
-    value = options.get(key, 1)
+def _positive(options: SweepOptions, key: str) -> str | None:
+    value = getattr(options, key)
     if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
         return None
     return f"hydra.sweeper.{key}={value!r} must be a positive integer (default 1)"
 
 
-def sweep_plan(options: Mapping[str, Any]) -> tuple[DevicePlan | None, list[str]]:
+def sweep_plan(options: SweepOptions) -> tuple[DevicePlan | None, list[str]]:
     """The sweep's device plan from hydra.sweeper.devices, trials_per_device, gpus_per_trial
     (and agents, checked against it), or None with the problems found."""
     problems = [
         p for p in (_positive(options, k) for k in ("trials_per_device", "gpus_per_trial")) if p
     ]
     try:
-        devices = resolve(options.get("devices", "auto"))
+        devices = resolve(options.devices)
     except ValueError as err:
         problems.append(str(err))
     if problems:
         return None, problems
-    plan = DevicePlan(
-        tuple(devices), options.get("trials_per_device", 1), options.get("gpus_per_trial", 1)
-    )
-    return plan, _plan_problems(plan, options.get("agents"))
+    plan = DevicePlan(tuple(devices), options.trials_per_device, options.gpus_per_trial)
+    return plan, _plan_problems(plan, options.agents)
 
 
 def _plan_problems(plan: DevicePlan, agents: Any) -> list[str]:

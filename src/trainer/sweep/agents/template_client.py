@@ -16,8 +16,8 @@ from typing import IO
 
 from trainer import cpu_share
 from trainer.sweep.agents.forkable import MODULES, env_difference, without_env
-from trainer.sweep.agents.liveness import pid_alive
 from trainer.sweep.agents.template import receive, receive_nowait, send
+from trainer.sweep.store.liveness import pid_alive
 
 READY_TIMEOUT_S = 300.0  # imports on a loaded machine; after that, trials start as processes
 

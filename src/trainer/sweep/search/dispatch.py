@@ -9,7 +9,7 @@ from typing import Any
 
 from trainer.layout import SweepLayout
 from trainer.sweep.search import classic
-from trainer.sweep.spec.custom_method import LIBRARY, drives_optimizer, engine_of
+from trainer.sweep.search.custom_method import LIBRARY, drives_optimizer, engine_of
 from trainer.sweep.store.database import RunRecord, SweepStore
 from trainer.sweep.store.directory import new_id
 from trainer.sweep.store.records import Busy

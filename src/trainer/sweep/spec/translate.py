@@ -160,7 +160,11 @@ def build_sweep_config(
     fixed = [line for line in params_fixed if _fixed_key(line) not in given] + fixed
     config: dict[str, Any] = {}
     for key in SWEEP_KEYS:
-        value = sweep_metric(sweeper.get(key)) if key == "metric" else sweeper.get(key)
+        value = sweeper.get(key)
+        if key == "metric":
+            value = sweep_metric(value)
+        elif key == "metrics" and isinstance(value, list):  # typed: unset keys are null
+            value = [sweep_metric(m) or {} for m in value]
         if value is not None:
             config[key] = value
     scheduler = config.get("scheduler")

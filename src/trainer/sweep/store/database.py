@@ -1,7 +1,7 @@
 """The local sweep store: one database per sweep holding its config, runs, parameters, states,
 per-epoch metric history, exit codes and log paths, and the slot ledger: the devices each
 running run holds (its row) and the cores each live agent holds (`agent_slots`), both judged
-alive by one liveness (trainer.sweep.agents.liveness: host, PID, start time, heartbeat).
+alive by one liveness (trainer.sweep.store.liveness: host, PID, start time, heartbeat).
 
 The database is the embedded SQLite file `<sweep dir>/sweep.db`, or a PostgreSQL server
 (trainer.sweep.store.storage), through SQLAlchemy Core. Writers serialize per sweep, so several
@@ -17,21 +17,28 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sqlalchemy import ColumnElement, Connection, delete, func, inspect, select, tuple_, update
 from sqlalchemy.schema import CreateSchema
 
 from trainer.errors import TrainerError
-from trainer.sweep.agents.liveness import STALE_S, Holder, kill_orphan
 from trainer.sweep.store import tables as t
+from trainer.sweep.store.liveness import STALE_S, Holder, kill_orphan
 from trainer.sweep.store.reconnect import retrying
 from trainer.sweep.store.records import BUSY, Busy, CpuSlot, RunRecord, to_json
 from trainer.sweep.store.storage import READ, Storage, check, make_engine
 from trainer.sweep.store.upgrade import add_missing_columns
 
-if TYPE_CHECKING:
-    from trainer.sweep.agents.gpu_slots import DevicePool
+
+class DevicePool(Protocol):
+    """What the store asks an agent's devices while it hands out a run (the agents' `gpu_slots.
+    DevicePool`): whether one is free for a trial now, and which to give it."""
+
+    def available(self, runs: list[RunRecord]) -> bool: ...
+
+    def choose(self, runs: list[RunRecord], params: dict[str, Any]) -> list[str] | None: ...
+
 
 TERMINAL = ("finished", "failed", "crashed", "stopped", "pruned")
 DEFAULT_MAX_RETRIES = 3  # hydra.sweeper.max_retries: times a lost run is handed out again

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.layout import RunLayout
-from trainer.sweep.agents.liveness import Holder
+from trainer.sweep.store.liveness import Holder
 
 
 @dataclass
@@ -46,7 +46,7 @@ class RunRecord:
 
     @property
     def agent(self) -> Holder:
-        """Its agent: host, PID, start time and the run's heartbeat (trainer.sweep.agents.liveness)."""
+        """Its agent: host, PID, start time and the run's heartbeat (trainer.sweep.store.liveness)."""
         return Holder(self.host, self.agent_pid, self.agent_started, self.heartbeat_at)
 
     @property

@@ -1,6 +1,6 @@
 """The store's side of a scheduler-driven sweep: the optimizer lease (one process drives the
 optimizer; the lease lapses when that process dies or stops renewing it, judged as runs are by
-trainer.sweep.agents.liveness) and the queue of suggested runs that agents claim exactly once,
+trainer.sweep.store.liveness) and the queue of suggested runs that agents claim exactly once,
 both in the sweep's store, changed in its writers' transactions."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, delete, select, update
 
-from trainer.sweep.agents.liveness import Holder
 from trainer.sweep.store import tables as t
 from trainer.sweep.store.database import RunRecord, SweepStore
+from trainer.sweep.store.liveness import Holder
 from trainer.sweep.store.reconnect import retrying
 from trainer.sweep.store.records import Busy
 

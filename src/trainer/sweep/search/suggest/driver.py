@@ -13,8 +13,8 @@ from typing import Any
 from sqlalchemy import Connection
 
 from trainer.layout import SweepLayout
+from trainer.sweep.search.custom_method import engine_of
 from trainer.sweep.search.suggest.wandb_door import OptimizerSession, TrialView
-from trainer.sweep.spec.custom_method import engine_of
 from trainer.sweep.store.database import TERMINAL, RunRecord, SweepStore
 from trainer.sweep.store.directory import new_id
 from trainer.sweep.store.reconnect import retrying

@@ -16,7 +16,7 @@ from typing import Any
 from unittest import mock
 
 from trainer.errors import TrainerError
-from trainer.sweep.spec.custom_method import LIBRARY, OPTIMIZER_ENGINES, engine_of, missing_engine
+from trainer.sweep.search.custom_method import LIBRARY, OPTIMIZER_ENGINES, engine_of, missing_engine
 
 _NULL = logging.getLogger("trainer.sweep.scheduler.silent")
 _NULL.addHandler(logging.NullHandler())

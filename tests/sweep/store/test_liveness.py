@@ -18,10 +18,10 @@ import pytest
 
 from trainer.cpu_share import process_limits
 from trainer.sweep.agents.cpu_slots import CpuSlots
-from trainer.sweep.agents.liveness import START_SLACK_S, Holder, pid_alive, this_host
 from trainer.sweep.search import classic
 from trainer.sweep.store.database import SweepStore
 from trainer.sweep.store.directory import new_id
+from trainer.sweep.store.liveness import START_SLACK_S, Holder, pid_alive, this_host
 
 GRID = {
     "method": "grid",
@@ -107,7 +107,7 @@ def test_a_holder_of_another_host_lives_while_its_heartbeat_is_fresh():
 
 REUSE = """
 import json, os, subprocess, time
-from trainer.sweep.agents.liveness import Holder, START_SLACK_S, pid_alive
+from trainer.sweep.store.liveness import Holder, START_SLACK_S, pid_alive
 first = subprocess.Popen(["sleep", "60"])
 record = Holder.of(first.pid)
 first.kill()
@@ -218,7 +218,7 @@ def test_an_agent_of_another_host_keeps_its_run_while_it_heartbeats(tmp_path, na
 
 
 def test_kill_orphan_acts_on_this_hosts_processes_only():
-    from trainer.sweep.agents.liveness import kill_orphan
+    from trainer.sweep.store.liveness import kill_orphan
 
     assert not kill_orphan(os.getpid(), "not-this-run")  # not the run's trial: left alone
     assert not kill_orphan(os.getpid(), "x", host="node-b")

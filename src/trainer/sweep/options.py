@@ -1,0 +1,94 @@
+"""How a sweep runs, typed and frozen: the `hydra.sweeper.*` keys besides the W&B configuration
+(`SweepOptions`), built once from the sweeper's config, checked all at once, and handed as they
+are to either backend; and what the sweep command adds for its agents (`AgentHooks`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from trainer.sweep.store.database import DEFAULT_MAX_RETRIES
+
+if TYPE_CHECKING:
+    from trainer.layout import SweepLayout
+
+BACKENDS = ("local", "wandb")
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """The keys of how a sweep runs (their meaning: the sweeper's `config.py`, docs/sweeps.md).
+    `agents` None: one per device slot, else 1; `project`/`entity` None: the logger's."""
+
+    backend: str = "local"
+    storage: str | None = None
+    agents: int | None = None
+    count: int | None = None
+    sweep_id: str | None = None
+    project: str | None = None
+    entity: str | None = None
+    dry_run: bool = False
+    rerun_crashed: bool = False
+    max_consecutive_failures: int = 5
+    max_retries: int = DEFAULT_MAX_RETRIES
+    cpus_per_trial: int | None = None
+    devices: Any = "auto"
+    trials_per_device: int = 1
+    gpus_per_trial: int = 1
+    prewarm: bool = False
+
+    @classmethod
+    def of(
+        cls, sweeper: Mapping[str, Any], logger: Mapping[str, Any] | None = None
+    ) -> SweepOptions:
+        """The options among the sweeper's keys (the W&B blocks are left to the translation);
+        an unset project or entity is the logger's."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        given = {k: v for k, v in sweeper.items() if k in names}
+        for key in ("project", "entity"):
+            if given.get(key) is None and (logger or {}).get(key) is not None:
+                given[key] = logger[key]
+        return cls(**given)
+
+    def problems(self) -> list[str]:
+        """Problems of how the sweep is run: backend, agents, count and retries."""
+        problems = []
+        if self.backend not in BACKENDS:
+            problems.append(
+                f"hydra.sweeper.backend={self.backend!r} is not a backend; use local or wandb"
+            )
+        least = 0 if self.backend == "wandb" else 1
+        if self.agents is not None and not _integer(self.agents, least):
+            problems.append(
+                f"hydra.sweeper.agents={self.agents!r} must be an integer >= {least} "
+                "(0 only with backend=wandb, where it creates the sweep and starts no agent), or "
+                "null: one per device slot (hydra.sweeper.devices), else 1"
+            )
+        if self.count is not None and not _integer(self.count, 1):
+            problems.append(
+                f"hydra.sweeper.count={self.count!r} must be a positive number of runs per "
+                "agent, or left out (null) to run until the sweep ends"
+            )
+        if not _integer(self.max_retries, 0):
+            problems.append(
+                f"hydra.sweeper.max_retries={self.max_retries!r} must be an integer >= 0: the "
+                "times a run lost with its agent, job or host is handed out again (0: never; "
+                "it is crashed)"
+            )
+        return problems
+
+
+def _integer(value: Any, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+@dataclass(frozen=True)
+class AgentHooks:
+    """What the sweep command adds to how its agents start: `before_agents(layout)` runs first
+    (hydra.sweeper.prewarm); `start_agents` runs them as jobs of the user's Hydra launcher
+    (None: local processes)."""
+
+    before_agents: Callable[[SweepLayout], None] | None = None
+    start_agents: Callable[..., list[int]] | None = None  # agents.launched.StartAgents
