@@ -4,11 +4,14 @@ report; `--root`/`--storage` go before or after the subcommand."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 
 from trainer.sweep.__main__ import _parser
 from trainer.sweep.__main__ import main as sweep_cli
+from trainer.sweep.report.watch import unattended
 from trainer.sweep.search import classic
 from trainer.sweep.store.database import SweepStore
 from trainer.sweep.store.directory import new_id
@@ -66,3 +69,31 @@ def test_watch_follows_the_sweep_until_it_ends_then_writes_its_report(tmp_path, 
     assert (folder / "results.json").is_file() and (folder / "best.yaml").is_file()
     assert (folder / "sweep.png").is_file()
     assert store.get("state") == "finished"  # said by whoever ended last
+
+
+def test_watch_says_when_no_agent_is_left_to_take_the_runs(tmp_path, capsys):
+    """Its agent gone (a dead process, no live agent anywhere): watch says how to resume the
+    sweep instead of waiting in silence; once an agent takes the run again the line goes."""
+    store = SweepStore(tmp_path / "sweeps" / "s1" / "sweep.db")
+    store.set("config", GRID)
+    store.set("sweep_id", "s1")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    run = store.claim(
+        lambda runs: classic.next_params(store.config, runs), new_id=new_id, agent_pid=dead.pid
+    )
+    runs = store.runs()
+    assert unattended(store, runs)
+
+    def agent() -> None:  # an agent comes back and ends the sweep
+        time.sleep(0.5)
+        for r in (run, _claim(store)):
+            store.update(r.id, state="finished", agent_pid=os.getpid())
+
+    thread = threading.Thread(target=agent)
+    thread.start()
+    assert sweep_cli(["--root", str(tmp_path), "watch", "s1", "--every", "0.1"]) == 0
+    thread.join()
+    out = capsys.readouterr().out
+    assert f"no agent runs it now: python -m trainer.agent {tmp_path / 'sweeps' / 's1'}" in out
+    assert not unattended(store, store.runs())

@@ -27,6 +27,14 @@ def over(store: SweepStore, runs: list[RunRecord]) -> bool:
     return not store.live_agents()
 
 
+def unattended(store: SweepStore, runs: list[RunRecord]) -> bool:
+    """Whether runs wait to train or resume while no agent of any host lives to take them."""
+    going = [r for r in runs if r.state in GOING]
+    if not going or any(r.state == "running" and r.agent.alive() for r in going):
+        return False
+    return not store.live_agents()
+
+
 def progress(res: dict[str, Any], runs: list[RunRecord]) -> list[str]:
     """The sweep's state in a few short lines: runs by state, the best so far, and each
     running run's epoch and metric."""
@@ -103,6 +111,11 @@ def watch(opened: tuple[SweepStore, SweepLayout, str], every: float = 5.0) -> in
         while True:
             runs = [r for r in store.runs() if not r.superseded]
             lines = progress(leaderboard.results(store, sweep_id), runs)
+            if unattended(store, runs):
+                lines.append(
+                    f"  no agent runs it now: python -m trainer.agent {layout.root} resumes it "
+                    "(a requeued job comes back by itself)"
+                )
             if lines != shown:
                 print("\n".join(lines), flush=True)
                 shown = lines
