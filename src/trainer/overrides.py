@@ -23,6 +23,14 @@ _LAUNCHER_PACKAGES = {
     "ray_aws": "hydra-ray-launcher",
     "rq": "hydra-rq-launcher",
 }
+# Hydra's flags of how the command runs, of which it takes one.
+_MODES = {
+    "--run": "run",
+    "-m/--multirun": "multirun",
+    "--cfg": "cfg",
+    "--info": "info",
+    "--shell-completion": "shell_completion",
+}
 # Hydra's flags whose command line is still being typed (--help and --info compose it too).
 _NO_COMPOSE = ("shell_completion",)
 
@@ -77,6 +85,12 @@ def check_overrides(argv: list[str], app: App = TRAIN) -> None:
     if parsed is None or any(getattr(parsed[0], flag, None) for flag in _NO_COMPOSE):
         return
     args, overrides = parsed
+    modes = [flag for flag, name in _MODES.items() if getattr(args, name, None)]
+    if len(modes) > 1:
+        raise ConfigError(
+            f"{' and '.join(modes)} cannot go together: each is a way of running the command; "
+            "keep one (--cfg and --info print and run nothing, -m runs the sweep)"
+        )
     problems, suspects, sweeper = [], [], []
     ours = _wandb_sweep(overrides)
     for o in overrides:

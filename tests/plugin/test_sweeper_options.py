@@ -98,3 +98,9 @@ def test_sweep_options_say_every_problem_of_how_a_sweep_runs():
     problems = SweepOptions(backend="cloud", agents=0, count=0, max_retries=-1).problems()
     assert len(problems) == 4
     assert SweepOptions(backend="wandb", agents=0).problems() == []
+
+
+def test_two_ways_of_running_at_once_are_the_projects_error_not_a_traceback():
+    with pytest.raises(ConfigError, match="-m/--multirun and --cfg cannot go together"):
+        check_overrides(["trainer", "-m", "--cfg", "hydra", "hydra/sweeper=wandb"])
+    check_overrides(["trainer", "--cfg", "hydra", "hydra/sweeper=wandb"])  # one is fine

@@ -85,10 +85,10 @@ def test_watch_says_when_no_agent_is_left_to_take_the_runs(tmp_path, capsys):
     runs = store.runs()
     assert unattended(store, runs)
 
-    def agent() -> None:  # an agent comes back and ends the sweep
+    def agent() -> None:  # an agent comes back: it resumes the lost run, then ends the sweep
         time.sleep(0.5)
-        for r in (run, _claim(store)):
-            store.update(r.id, state="finished", agent_pid=os.getpid())
+        while (r := _claim(store)) is not None:
+            store.update(r.id, state="finished")
 
     thread = threading.Thread(target=agent)
     thread.start()

@@ -74,6 +74,7 @@ store = SweepStore(sys.argv[1])
 while (run := store.claim(lambda rs: classic.next_params(store.config, rs), new_id=new_id,
                           agent_pid=os.getpid())) is not None:
     print(run.id, run.params["a"], run.params["b"], flush=True)
+    store.update(run.id, state="finished")  # an agent ends its runs (else, gone, they are lost)
 """
 
 
@@ -100,8 +101,8 @@ def test_a_lost_run_goes_back_to_the_sweep_and_resumes_in_place(tmp_path):
     store = _store(tmp_path)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    lost = _claim(store, pid=dead.pid)
     mine = _claim(store)
+    lost = _claim(store, pid=dead.pid)
     assert store.mark_lost_runs() == [lost.id]
     gone = store.run(lost.id)
     assert gone.state == "preempted" and gone.losses == 1 and "lost" in gone.log_tail
@@ -248,9 +249,9 @@ def test_a_run_of_another_host_is_lost_only_when_its_heartbeat_lapses(tmp_path):
 
     store = _store(tmp_path)
     gone = max(psutil.pids()) + 1000  # no process here has this PID
-    fresh, stale = _claim(store, pid=gone), _claim(store, pid=gone)
-    _as_of_host(store, fresh.id, "node-b", time.time())
-    _as_of_host(store, stale.id, "node-b", time.time() - 300)
+    fresh, stale = _claim(store), _claim(store)  # then handed to another host's agent
+    _as_of_host(store, fresh.id, "node-b", time.time(), agent_pid=gone)
+    _as_of_host(store, stale.id, "node-b", time.time() - 300, agent_pid=gone)
     assert store.mark_lost_runs() == [stale.id]
     assert store.run(fresh.id).state == "running" and store.run(stale.id).state == "preempted"
     # An agent here resumes the lost point and runs the rest; the live one's point is not rerun.
@@ -339,3 +340,18 @@ def test_only_the_agent_that_holds_a_run_records_its_end(tmp_path):
     assert not store.update_held(run.id, os.getpid(), state="crashed", exit_code=-9)
     again = store.run(run.id)
     assert again.state == "running" and again.exit_code == 0
+
+
+def test_a_claim_itself_gives_back_a_run_whose_agent_is_gone(tmp_path):
+    """No separate sweep first: the claim's own transaction finds the run lost with its agent
+    and hands it out again, in place, before anything new is proposed."""
+    import subprocess
+    import sys
+
+    store = _store(tmp_path)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    lost = _claim(store, pid=dead.pid)
+    again = _claim(store)
+    assert again.id == lost.id and again.state == "running" and again.losses == 1
+    assert len(store.runs()) == 1

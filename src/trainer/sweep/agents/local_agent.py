@@ -189,7 +189,6 @@ class LocalAgent:
         done, waited, waiting = 0, False, False
         failures: list[RunRecord] = []
         while self.signum is None and (count is None or done < count):
-            self.store.mark_lost_runs()  # a run lost with its agent goes back to the sweep
             run = self.engine.claim(
                 agent_pid=os.getpid(),
                 rerun_crashed=self.rerun_crashed,

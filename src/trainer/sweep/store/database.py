@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -51,6 +52,18 @@ UNSET = (
     "superseded",
     "ticket",
 )  # a new run: defaults
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim of an agent, the same for every try of it (its `ticket`)."""
+
+    ticket: str
+    propose: Callable[[list[RunRecord]], tuple[dict, dict | None] | None]
+    new_id: Callable[[], str]
+    agent: Holder
+    pool: DevicePool | None
+    rerun_crashed: bool
 
 
 def _lost(run: RunRecord, limit: int, stale_s: float) -> dict[str, Any]:
@@ -253,49 +266,36 @@ class SweepStore:
         the commit) returns the run the agent already holds, never a second one."""
         agent = Holder.of(agent_pid)  # a process of this host: its start time is read here
         ticket = uuid.uuid4().hex  # the same for every try of this claim
-        return self._claim(ticket, propose, new_id, agent, pool, rerun_crashed)
+        return self._claim(Claim(ticket, propose, new_id, agent, pool, rerun_crashed))
 
     @retrying
-    def _claim(
-        self,
-        ticket: str,
-        propose: Callable[[list[RunRecord]], tuple[dict, dict | None] | None],
-        new_id: Callable[[], str],
-        agent: Holder,
-        pool: DevicePool | None,
-        rerun_crashed: bool,
-    ) -> RunRecord | None | Busy:
+    def _claim(self, claim: Claim) -> RunRecord | None | Busy:
         """One try of a claim: in its transaction, the run that an earlier try of the same
-        `ticket` handed out (its reply lost with the connection), else the next one."""
+        ticket handed out (its reply lost with the connection), else the next one."""
         with self.transaction() as db:
             self.claiming = db
             try:
-                again = self._rows(db, t.runs.c.ticket == ticket)
+                again = self._rows(db, t.runs.c.ticket == claim.ticket)
                 if again:
                     return again[0]
-                run = self._hand_out(db, propose, new_id, agent, pool, rerun_crashed)
+                run = self._hand_out(db, claim)
                 if isinstance(run, RunRecord):
-                    db.execute(update(t.runs).where(t.runs.c.id == run.id).values(ticket=ticket))
-                    run.ticket = ticket
+                    values = {"ticket": claim.ticket}
+                    db.execute(update(t.runs).where(t.runs.c.id == run.id).values(**values))
+                    run.ticket = claim.ticket
                 return run
             finally:
                 self.claiming = None
 
-    def _hand_out(
-        self,
-        db: Connection,
-        propose: Callable[[list[RunRecord]], tuple[dict, dict | None] | None],
-        new_id: Callable[[], str],
-        agent: Holder,
-        pool: DevicePool | None,
-        rerun_crashed: bool,
-    ) -> RunRecord | None | Busy:
+    def _hand_out(self, db: Connection, claim: Claim) -> RunRecord | None | Busy:
         """Inside the claim's transaction: the run handed out (None, BUSY)."""
+        self._mark_lost(db)  # a run lost with its agent goes back to the sweep first
         runs = self._rows(db)
+        agent, pool = claim.agent, claim.pool
         self._beat(db, agent, time.time())  # its CPU slot, if it holds one, stays its own
         if pool is not None and not pool.available(runs):
             return BUSY
-        crashed = self._to_rerun(runs, rerun_crashed)
+        crashed = self._to_rerun(runs, claim.rerun_crashed)
         if crashed is not None and crashed.resumable:
             devices = pool.choose(runs, crashed.params) if pool is not None else None
             fields = dict(state="running", agent_pid=agent.pid, agent_started=agent.started)
@@ -307,13 +307,13 @@ class SweepStore:
             db.execute(update(t.runs).where(t.runs.c.id == crashed.id).values(superseded=1))
             params, info = crashed.params, None
         else:
-            proposal = propose([r for r in runs if not r.superseded])
+            proposal = claim.propose([r for r in runs if not r.superseded])
             if proposal is None:
                 return None
             params, info = proposal
         devices = pool.choose(runs, params) if pool is not None else None
         rerun_of = crashed.id if crashed else None
-        return self._insert(db, new_id(), params, info, agent, rerun_of, devices)
+        return self._insert(db, claim.new_id(), params, info, agent, rerun_of, devices)
 
     @staticmethod
     def _insert(
@@ -420,18 +420,22 @@ class SweepStore:
         it goes back to the sweep as `preempted` (the next agent resumes it from its last.pt),
         up to the sweep's `max_retries` losses; lost once more, it is `crashed`, and says why.
         A lost run's trial still running on this host is ended."""
+        with self.transaction() as db:
+            return self._mark_lost(db, stale_s)
+
+    def _mark_lost(self, db: Connection, stale_s: float = STALE_S) -> list[str]:
+        """Inside a transaction: `mark_lost_runs` (a claim does it first, in its own)."""
         lost = []
         now = time.time()
-        with self.transaction() as db:
-            limit = self.get("max_retries", DEFAULT_MAX_RETRIES, db)
-            for r in self._rows(db, t.runs.c.state == "running"):
-                agent = r.agent
-                if agent.is_me or (agent.alive(stale_s, now) and not agent.silent(stale_s, now)):
-                    continue
-                values = dict(_lost(r, limit, stale_s), ended_at=now, pid=None)
-                db.execute(update(t.runs).where(t.runs.c.id == r.id).values(**values))
-                lost.append(r.id)
-                kill_orphan(r.pid, r.id, r.host)
+        limit = self.get("max_retries", DEFAULT_MAX_RETRIES, db)
+        for r in self._rows(db, t.runs.c.state == "running"):
+            agent = r.agent
+            if agent.is_me or (agent.alive(stale_s, now) and not agent.silent(stale_s, now)):
+                continue
+            values = dict(_lost(r, limit, stale_s), ended_at=now, pid=None)
+            db.execute(update(t.runs).where(t.runs.c.id == r.id).values(**values))
+            lost.append(r.id)
+            kill_orphan(r.pid, r.id, r.host)
         return lost
 
     @retrying
