@@ -79,7 +79,7 @@ def test_watch_says_when_no_agent_is_left_to_take_the_runs(tmp_path, capsys):
     store.set("sweep_id", "s1")
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    run = store.claim(
+    lost = store.claim(
         lambda runs: classic.next_params(store.config, runs), new_id=new_id, agent_pid=dead.pid
     )
     runs = store.runs()
@@ -97,3 +97,4 @@ def test_watch_says_when_no_agent_is_left_to_take_the_runs(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"no agent runs it now: python -m trainer.agent {tmp_path / 'sweeps' / 's1'}" in out
     assert not unattended(store, store.runs())
+    assert store.run(lost.id).state == "finished" and store.run(lost.id).losses == 1
