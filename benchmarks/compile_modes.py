@@ -19,15 +19,15 @@ from pathlib import Path
 
 import torch
 
-from trainer import speed
 from trainer.compiling import apply_compile, torch_private
 from trainer.compiling.auto import timed_steps
-from trainer.config import CompileConfig, DataConfig, ModelConfig, OptimizerConfig
-from trainer.data import build_data
-from trainer.devices import grad_scaler, resolve_precision
-from trainer.loop import train_step
-from trainer.models import build_model, input_spec
-from trainer.optim import build_optimizer
+from trainer.config.schema import CompileConfig, DataConfig, ModelConfig, OptimizerConfig
+from trainer.data.plan import build_data
+from trainer.hardware.devices import grad_scaler, resolve_precision
+from trainer.train import speed
+from trainer.train.models import build_model, input_spec
+from trainer.train.optim import build_optimizer
+from trainer.train.step import train_step
 
 MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # CUDA graphs: nothing to gain on a CPU

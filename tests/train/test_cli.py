@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from tests.conftest import ROOT, make_cfg, run_cli
-from trainer.config import ConfigError
-from trainer.devices import resolve_precision
+from trainer.config.schema import ConfigError
+from trainer.hardware.devices import resolve_precision
 from trainer.run import run
 
 

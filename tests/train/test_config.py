@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from tests.conftest import CONF, make_cfg
-from trainer.config import ConfigError
-from trainer.validation import validate
+from trainer.config.schema import ConfigError
+from trainer.preflight import validate
 
 GROUP_OPTIONS = [
     (group.name, option.stem)
@@ -96,13 +96,13 @@ def test_imagefolder_requires_root():
 def _schema_defaults(group: str) -> dict:
     from omegaconf import OmegaConf
 
-    from trainer.config import GROUP_SCHEMAS
+    from trainer.config.schema import GROUP_SCHEMAS
 
     return OmegaConf.to_container(OmegaConf.structured(GROUP_SCHEMAS[group]), resolve=False)
 
 
 def test_group_yamls_say_only_what_differs_from_the_schema():
-    from trainer.config import GROUP_SCHEMAS
+    from trainer.config.schema import GROUP_SCHEMAS
 
     conf = Path(__file__).resolve().parents[2] / "conf"
     repeated = []
@@ -130,7 +130,7 @@ def test_a_group_option_composes_over_the_schema_defaults():
 def test_every_schema_field_has_one_comment():
     import inspect
 
-    from trainer.config import GROUP_SCHEMAS
+    from trainer.config.schema import GROUP_SCHEMAS
 
     bare = []
     for schema in GROUP_SCHEMAS.values():
@@ -154,7 +154,7 @@ def test_cfg_job_prints_the_whole_composed_config(tmp_path):
 
 
 def test_default_output_root_follows_the_environment(monkeypatch):
-    from trainer.layout import default_output_root
+    from trainer.outputs.layout import default_output_root
 
     monkeypatch.setenv("TRAINER_OUTPUT_DIR", "/somewhere/else")
     assert str(default_output_root()) == "/somewhere/else"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from trainer.console import print_summary
-from trainer.summary import RunSummary
+from trainer.outputs.console import print_summary
+from trainer.outputs.summary import RunSummary
 
 LONG = "/home/someone/projects/compiled-trainer/outputs/runs/2026-12-03/14-20-11_resnet18"
 

@@ -11,11 +11,11 @@ import time
 import pytest
 
 from tests.conftest import make_cfg
-from trainer import cpu_share, threads
-from trainer.config import ConfigError
-from trainer.cpu_share import CpuLimits, Share
-from trainer.sweep.agents import cpu_slots
-from trainer.validation import validate
+from trainer.config.schema import ConfigError
+from trainer.hardware import threads
+from trainer.preflight import validate
+from trainer.sweep.agents import cpu_share, cpu_slots
+from trainer.sweep.agents.cpu_share import CpuLimits, Share
 
 
 @pytest.mark.parametrize(

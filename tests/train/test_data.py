@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.config import ConfigError, DataConfig
-from trainer.data import build_data
+from trainer.config.schema import ConfigError, DataConfig
+from trainer.data.plan import build_data
 
 CPU = torch.device("cpu")
 

@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from tests.conftest import ROOT, make_cfg
-from trainer.config import ConfigError, DataConfig
-from trainer.data import build_data
-from trainer.models import SmallCNN
+from trainer.config.schema import ConfigError, DataConfig
+from trainer.data.plan import build_data
 from trainer.run import run
+from trainer.train.models import SmallCNN
 
 EAGER = ["compile=off", "logger=none", "trainer.device=cpu"]  # Gloo on the CPU, also on a GPU host
 # One rank's batch-norm statistics come from half the global batch, so the runs are close,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer import devices
-from trainer.config import ConfigError
+from trainer.config.schema import ConfigError
+from trainer.hardware import devices
 
 CPU = torch.device("cpu")
 

@@ -12,9 +12,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from tests.conftest import CONF, ROOT
-from trainer.config import ConfigError
+from trainer.config.hydra_version import VERSION_BASE
+from trainer.config.schema import ConfigError
 from trainer.evaluate import evaluate_checkpoint
-from trainer.hydra_version import VERSION_BASE
 from trainer.run import run
 
 

@@ -12,13 +12,14 @@ import torch
 import torchvision
 
 from tests.conftest import run_cli
-from trainer import fit, loop, speed
-from trainer.config import DataConfig, OptimizerConfig
-from trainer.data import build_data
-from trainer.devices import grad_scaler
-from trainer.ema import WeightAverage
-from trainer.optim import build_optimizer
+from trainer.config.schema import DataConfig, OptimizerConfig
+from trainer.data.plan import build_data
+from trainer.hardware.devices import grad_scaler
 from trainer.run import run
+from trainer.train import fit, speed
+from trainer.train import step as loop
+from trainer.train.ema import WeightAverage
+from trainer.train.optim import build_optimizer
 
 pytestmark = pytest.mark.gpu
 CUDA = ["logger=none", "trainer.device=cuda"]

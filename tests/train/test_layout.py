@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from trainer.layout import write_text_atomic
+from trainer.outputs.layout import write_text_atomic
 
 
 @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])

@@ -8,11 +8,11 @@ import pytest
 import torch
 from torch import nn
 
-from trainer import devices
-from trainer.config import OptimizerConfig
-from trainer.loop import GracefulStop, Progress, evaluate, train_epoch, train_step
-from trainer.models import SmallCNN
-from trainer.optim import build_optimizer
+from trainer.config.schema import OptimizerConfig
+from trainer.hardware import devices
+from trainer.train.models import SmallCNN
+from trainer.train.optim import build_optimizer
+from trainer.train.step import GracefulStop, Progress, evaluate, train_epoch, train_step
 
 CPU = torch.device("cpu")
 

@@ -7,9 +7,9 @@ import os
 import pytest
 
 from tests.conftest import make_cfg, run_cli
-from trainer.config import ConfigError
-from trainer.paths import expand_path_argv
-from trainer.validation import validate
+from trainer.config.paths import expand_path_argv
+from trainer.config.schema import ConfigError
+from trainer.preflight import validate
 
 
 def test_argv_tilde_and_var_become_plain_paths(monkeypatch, tmp_path):
@@ -69,7 +69,7 @@ def test_options_with_a_backend_that_ignores_them_are_refused():
 
 
 def test_fp16_on_the_cpu_is_warned_with_the_fix(caplog):
-    with caplog.at_level("WARNING", logger="trainer.validation"):
+    with caplog.at_level("WARNING", logger="trainer.preflight"):
         validate(make_cfg("trainer.device=cpu", "trainer.precision=16-mixed"))
     assert "trainer.precision=32" in caplog.text and "slower" in caplog.text
 

@@ -11,13 +11,14 @@ from torch import nn
 
 from benchmarks.idx_files import write_mnist_format
 from tests.conftest import make_cfg
-from trainer import augment, speed
-from trainer.config import ConfigError, DataConfig, OptimizerConfig
-from trainer.data import build_data, plan_data
-from trainer.ema import WeightAverage
-from trainer.models import SmallCNN
-from trainer.optim import build_optimizer, keep_kernel, kernel_name
-from trainer.validation import validate
+from trainer.config.schema import ConfigError, DataConfig, OptimizerConfig
+from trainer.data import augment
+from trainer.data.plan import build_data, plan_data
+from trainer.preflight import validate
+from trainer.train import speed
+from trainer.train.ema import WeightAverage
+from trainer.train.models import SmallCNN
+from trainer.train.optim import build_optimizer, keep_kernel, kernel_name
 
 CPU = torch.device("cpu")
 

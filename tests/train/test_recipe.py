@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from tests.conftest import FAST
-from trainer import loop
-from trainer.fit import Interrupted
-from trainer.hydra_version import VERSION_BASE
-from trainer.models import SmallCNN
+from trainer.config.hydra_version import VERSION_BASE
 from trainer.run import run
+from trainer.train import step as loop
+from trainer.train.fit import Interrupted
+from trainer.train.models import SmallCNN
 
 RECIPE = [
     *FAST,

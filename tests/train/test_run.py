@@ -12,9 +12,9 @@ import yaml
 
 from tests.conftest import FAST
 from tests.wandb_records import run_config, run_history, run_metrics
-from trainer import checkpoint as ckpt
-from trainer.config import ConfigError
+from trainer.config.schema import ConfigError
 from trainer.run import run
+from trainer.train import checkpoint as ckpt
 
 
 @pytest.mark.slow
@@ -155,7 +155,7 @@ def test_atomic_save_keeps_previous_checkpoint(tmp_path, monkeypatch):
 def test_a_diverging_run_stops_keeps_last_finite_epoch_and_says_so(
     cfg_factory, tmp_path, monkeypatch
 ):
-    from trainer import loop
+    from trainer.train import step as loop
 
     finite = loop._epoch_result
     calls = []

@@ -9,8 +9,8 @@ from dataclasses import fields
 import pytest
 import torch
 
-from trainer.layout import RunLayout
-from trainer.summary import RunSummary, run_paths
+from trainer.outputs.layout import RunLayout
+from trainer.outputs.summary import RunSummary, run_paths
 
 CPU = torch.device("cpu")
 
@@ -48,7 +48,7 @@ def test_missing_or_torn_summary_reads_as_none(tmp_path, caplog, content):
     path = tmp_path / "summary.json"
     if content is not None:
         path.write_text(content)
-    with caplog.at_level(logging.WARNING, logger="trainer.summary"):
+    with caplog.at_level(logging.WARNING, logger="trainer.outputs.summary"):
         assert RunSummary.read(path) is None
     assert str(path) in caplog.text
     path.write_text(json.dumps({"status": "finished"}))
@@ -57,7 +57,7 @@ def test_missing_or_torn_summary_reads_as_none(tmp_path, caplog, content):
 
 def test_planned_steps_counts_what_is_left():
     from trainer.compiling.auto import planned_steps
-    from trainer.config import TrainerConfig
+    from trainer.config.schema import TrainerConfig
 
     assert planned_steps(TrainerConfig(max_epochs=3), per_epoch=10, done=4) == 26
     assert planned_steps(TrainerConfig(max_epochs=3, max_steps=12), per_epoch=10, done=4) == 8

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fnmatch import fnmatch
 
-from trainer.metrics import EPOCH_METRICS
-from trainer.tracking import declare_epoch_axis
+from trainer.config.schema import EPOCH_METRICS
+from trainer.outputs.tracking import declare_epoch_axis
 
 
 class _Run:

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from tests.conftest import ROOT, run_cli
-from trainer.config import ConfigError
-from trainer.overrides import check_overrides
+from trainer.config.overrides import check_overrides
+from trainer.config.schema import ConfigError
 
 
 def _one_paragraph(proc: subprocess.CompletedProcess, *words: str) -> str:

@@ -18,9 +18,9 @@ from torch import nn
 
 from trainer.compiling.apply import apply_compile, maybe_compile_optimizer
 from trainer.compiling.stats import compile_stats, reset
-from trainer.config import CompileConfig, TrainerConfig
-from trainer.devices import grad_scaler, sync
-from trainer.loop import train_step
+from trainer.config.schema import CompileConfig, TrainerConfig
+from trainer.hardware.devices import grad_scaler, sync
+from trainer.train.step import train_step
 
 log = logging.getLogger(__name__)
 

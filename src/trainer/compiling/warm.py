@@ -13,14 +13,14 @@ from typing import Any
 
 import torch
 
-from trainer.checkpoint import TrainState
 from trainer.compiling import compile_stats
-from trainer.config import TrainConfig, TrainerConfig
-from trainer.data import DataBundle
-from trainer.devices import sync
-from trainer.layout import RunLayout
-from trainer.loop import evaluate, train_step
-from trainer.summary import RunSummary, run_paths
+from trainer.config.schema import TrainConfig, TrainerConfig
+from trainer.data.plan import DataBundle
+from trainer.hardware.devices import sync
+from trainer.outputs.layout import RunLayout
+from trainer.outputs.summary import RunSummary, run_paths
+from trainer.train.checkpoint import TrainState
+from trainer.train.step import evaluate, train_step
 
 log = logging.getLogger(__name__)
 

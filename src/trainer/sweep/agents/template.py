@@ -32,9 +32,9 @@ PREIMPORT = (
     "hydra",
     "omegaconf",
     "trainer.run",
-    "trainer.validation",
-    "trainer.trial_argv",
-    "trainer.trial_params",
+    "trainer.preflight",
+    "trainer.sweep.agents.trial_argv",
+    "trainer.sweep.agents.trial_params",
     "sklearn.datasets",
 )
 TRACKER = ("wandb",)  # unless no trial logs to W&B

@@ -9,15 +9,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from trainer.config import ConfigError, LoggerConfig
-from trainer.metrics import EPOCH_METRICS
+from trainer.config.schema import EPOCH_METRICS, ConfigError, LoggerConfig
 
 log = logging.getLogger(__name__)
 
 
 def sweep_params() -> dict[str, Any] | None:
     """The parameters a sweep agent handed this process ({key: value}), or None."""
-    from trainer.trial_params import sweep_param_values
+    from trainer.sweep.agents.trial_params import sweep_param_values
 
     path = os.environ.get("WANDB_SWEEP_PARAM_PATH")
     return sweep_param_values(path) if path else None

@@ -18,7 +18,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from trainer.summary import RunSummary
+from trainer.outputs.summary import RunSummary
 
 
 class ProgressView:

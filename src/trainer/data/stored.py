@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset, Subset, TensorDataset
 
-from trainer.config import ConfigError, DataConfig
+from trainer.config.schema import ConfigError, DataConfig
 
 # Native (channels, height, width) and sample count (train + test) of the fixed-size sets.
 NATIVE = {

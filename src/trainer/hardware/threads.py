@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from trainer.cpu_share import ENV_BUDGET, THREAD_VARS, CpuLimits, process_limits
+from trainer.hardware.cpu_limits import ENV_BUDGET, THREAD_VARS, CpuLimits, process_limits
 
 log = logging.getLogger(__name__)
 

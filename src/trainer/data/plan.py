@@ -13,11 +13,11 @@ import torch
 from torch.utils.data import DataLoader, Subset, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-from trainer import threads
-from trainer.augment import GEOMETRY, Augment
-from trainer.batches import Batches, BatchTransform, ResidentBatches, StreamedBatches
-from trainer.config import ConfigError, DataConfig
-from trainer.datasets import Layout, count_samples, layout, load, stats
+from trainer.config.schema import ConfigError, DataConfig
+from trainer.data.augment import GEOMETRY, Augment
+from trainer.data.batches import Batches, BatchTransform, ResidentBatches, StreamedBatches
+from trainer.data.stored import Layout, count_samples, layout, load, stats
+from trainer.hardware import threads
 
 log = logging.getLogger(__name__)
 CPU = torch.device("cpu")

@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
-from trainer.augment import Augment
+from trainer.data.augment import Augment
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 

@@ -1,6 +1,6 @@
 """Typed schemas of the run configuration and their checks.
 
-`trainer.validation.validate(cfg)` turns the composed Hydra config into `TrainConfig`; every problem becomes a
+`trainer.preflight.validate(cfg)` turns the composed Hydra config into `TrainConfig`; every problem becomes a
 `ConfigError` whose message names the override that fixes it.
 """
 
@@ -11,10 +11,10 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from trainer.config_rules import ConfigError, auto_or_count, flatten  # noqa: F401 (re-exported)
-from trainer.config_rules import check as _check
-from trainer.config_rules import one_of as _one_of
-from trainer.config_rules import positive as _positive
+from trainer.config.rules import ConfigError, auto_or_count, flatten  # noqa: F401 (re-exported)
+from trainer.config.rules import check as _check
+from trainer.config.rules import one_of as _one_of
+from trainer.config.rules import positive as _positive
 
 PRECISIONS = ("32", "bf16-mixed", "16-mixed")
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -34,6 +34,21 @@ _OUTPUT_DIR = "${oc.env:TRAINER_OUTPUT_DIR,outputs}"
 _DATA_DIR = "${oc.env:TRAINER_DATA_DIR,data}"
 _CACHE_DIR = (
     "${oc.env:TRAINER_CACHE_DIR,${oc.env:XDG_CACHE_HOME,${oc.env:HOME,.}/.cache}/compiled-trainer}"
+)
+
+
+# The metrics a run logs once per epoch (the names `trainer.monitor` and a sweep's `metric.name`
+# may take; an epoch is one W&B "iteration" for hyperband).
+EPOCH_METRICS: tuple[str, ...] = (
+    "train/loss",
+    "train/acc",
+    "val/loss",
+    "val/acc",
+    "perf/compile_s",
+    "perf/samples_per_s",
+    "perf/step_ms",
+    "perf/epoch_s",
+    "train/lr",
 )
 
 
@@ -204,7 +219,6 @@ class TrainerConfig:
                 base == "cuda" and self.device.split(":")[1].isdigit(),
                 f"trainer.device={self.device} is not a device; use cuda:N with N a GPU index.",
             )
-        from trainer.metrics import EPOCH_METRICS  # noqa: PLC0415 (no torch import)
 
         _one_of("trainer.monitor", self.monitor, EPOCH_METRICS)
 

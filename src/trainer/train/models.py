@@ -9,7 +9,7 @@ from functools import cache
 import torch
 from torch import nn
 
-from trainer.config import ConfigError, ModelConfig
+from trainer.config.schema import ConfigError, ModelConfig
 
 BUILTIN = ("small_cnn", "vit_tiny")
 

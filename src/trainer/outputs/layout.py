@@ -1,4 +1,4 @@
-"""Where things live: the project's conf/ folder, and the files of a run directory and of a
+"""Where things live: the files of a run directory and of a
 sweep directory. Every file name is spelled here and nowhere else."""
 
 from __future__ import annotations
@@ -7,22 +7,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-def conf_dir() -> str:
-    """conf/ at the repository root (editable install), or packaged beside this package."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "conf", here.parents[1] / "conf"):
-        if (candidate / "train.yaml").is_file():
-            return str(candidate)
-    raise SystemExit(
-        "compiled-trainer: cannot find its conf/ folder; reinstall with pip install -e ."
-    )
-
-
 def _default_path(name: str) -> Path:
     """conf/paths/default.yaml's `name` over the schema's default (PathsConfig), resolved."""
     from omegaconf import OmegaConf
 
-    from trainer.config import PathsConfig
+    from trainer.config.paths import conf_dir
+    from trainer.config.schema import PathsConfig
 
     own = OmegaConf.load(Path(conf_dir()) / "paths" / "default.yaml")
     own.pop("defaults", None)

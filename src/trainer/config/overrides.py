@@ -9,9 +9,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from trainer.config import GROUP_SCHEMAS, EvalConfig
-from trainer.config_rules import ConfigError, one_of, unknown_key_message
-from trainer.layout import conf_dir
+from trainer.config.paths import conf_dir
+from trainer.config.rules import ConfigError, one_of, unknown_key_message
+from trainer.config.schema import GROUP_SCHEMAS, EvalConfig
 
 _LAUNCHER = "hydra/launcher"
 # Hydra's launcher plugins by the option they add, and the package that installs each.

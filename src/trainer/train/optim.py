@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainer.config import ConfigError, OptimizerConfig, SchedulerConfig
+from trainer.config.schema import ConfigError, OptimizerConfig, SchedulerConfig
 
 log = logging.getLogger(__name__)
 KERNEL_FLAGS = ("fused", "foreach")  # the param-group keys that choose the kernel

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainer.layout import RunLayout, write_text_atomic
+from trainer.outputs.layout import RunLayout, write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class RunSummary:
     status: str  # finished | interrupted | diverged
     epochs_completed: int
     steps: int  # optimizer steps taken
-    metrics: dict[str, float]  # the last epoch's row (metrics.EPOCH_METRICS and "epoch")
+    metrics: dict[str, float]  # the last epoch's row (EPOCH_METRICS and "epoch")
     best: dict[str, Any]  # name, value, epoch, mode of trainer.monitor
     perf: dict[str, Any]  # compile_s, samples_per_s, step_ms, first/steady timings, wall_s
     compile: dict[str, Any]  # the compile config, enabled, Dynamo statistics, auto's report

@@ -1,4 +1,4 @@
-"""Every check of a run configuration that needs no data: the schemas (`trainer.config`),
+"""Every check of a run configuration that needs no data: the schemas (`trainer.config.schema`),
 then this machine and torch (compile mode, backend, options and hardware, model name, device,
 precision). `python -m trainer` and the sweeper, before it launches trials, run the same."""
 
@@ -10,9 +10,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from trainer.config import ConfigError, TrainConfig
-from trainer.config_rules import unknown_key_message
-from trainer.paths import expand
+from trainer.config.paths import expand
+from trainer.config.rules import unknown_key_message
+from trainer.config.schema import ConfigError, TrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,9 @@ def validate(cfg: DictConfig) -> TrainConfig:
 def check_environment(conf: TrainConfig) -> None:
     """What the schema cannot know: does this torch know the compile mode, backend and Inductor
     options, can it build the model, and does this machine have the device and precision."""
-    from trainer import compiling, devices, models
+    from trainer import compiling
+    from trainer.hardware import devices
+    from trainer.train import models
 
     models.check_name(conf.model.name)
     t = conf.trainer

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainer.config import ConfigError, TrainerConfig
-from trainer.devices import rank_device
+from trainer.config.schema import ConfigError, TrainerConfig
+from trainer.hardware.devices import rank_device
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.optim.swa_utils import get_ema_multi_avg_fn
 
-from trainer.config import ConfigError
+from trainer.config.schema import ConfigError
 
 
 class WeightAverage:

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainer.devices import sync
 from trainer.errors import TrainerError
+from trainer.hardware.devices import sync
 
 IGNORE = -100  # target of padding samples; cross_entropy and accuracy skip it
 

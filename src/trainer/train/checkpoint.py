@@ -15,9 +15,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from trainer.config import ConfigError
-from trainer.loop import Progress
-from trainer.optim import keep_kernel
+from trainer.config.schema import ConfigError
+from trainer.train.optim import keep_kernel
+from trainer.train.step import Progress
 
 log = logging.getLogger(__name__)
 

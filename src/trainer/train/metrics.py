@@ -1,22 +1,10 @@
-"""Names of the metrics a run logs (the single list that sweeps validate `metric.name`
-against) and the per-epoch row built from them; no torch import here."""
+"""The per-epoch row of the metrics a run logs (their names are `EPOCH_METRICS`, in the config
+schema, which `trainer.monitor` and a sweep's `metric.name` are checked against); no torch
+import here."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-
-# Logged once per epoch (an epoch is one W&B "iteration" for hyperband).
-EPOCH_METRICS: tuple[str, ...] = (
-    "train/loss",
-    "train/acc",
-    "val/loss",
-    "val/acc",
-    "perf/compile_s",
-    "perf/samples_per_s",
-    "perf/step_ms",
-    "perf/epoch_s",
-    "train/lr",
-)
 
 
 @dataclass

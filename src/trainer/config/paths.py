@@ -1,16 +1,28 @@
-"""`~` and `$VAR` in path keys: expanded where a path is read (`expand`) and, on the command
+"""The project's conf/ folder, and `~` and `$VAR` in path keys: expanded where a path is read (`expand`) and, on the command
 line, rewritten before Hydra parses argv (its lexer rejects a bare `~`). Light imports only."""
 
 from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 # Keys whose values are paths, as written on the command line (evaluate's `checkpoint` too).
 PATH_KEYS = re.compile(
     r"^(\+{0,2})(data\.root|paths\.\w+|compile\.cache_dir|trainer\.resume|checkpoint)=(.*)$",
     re.DOTALL,
 )
+
+
+def conf_dir() -> str:
+    """conf/ at the repository root (editable install), or packaged inside the trainer package."""
+    package = Path(__file__).resolve().parents[1]
+    for candidate in (package / "conf", package.parents[1] / "conf"):
+        if (candidate / "train.yaml").is_file():
+            return str(candidate)
+    raise SystemExit(
+        "compiled-trainer: cannot find its conf/ folder; reinstall with pip install -e ."
+    )
 
 
 def expand(path: str | None) -> str | None:
@@ -23,7 +35,7 @@ def expand(path: str | None) -> str | None:
 def expand_path_argv(argv: list[str]) -> list[str]:
     """argv with each path override holding `~` or `$VAR` expanded and written so Hydra reads
     it back as exactly that string; Hydra's own `${...}` interpolations are left to Hydra."""
-    from trainer.trial_argv import hydra_value
+    from trainer.sweep.agents.trial_argv import hydra_value
 
     out = list(argv[:1])
     for arg in argv[1:]:

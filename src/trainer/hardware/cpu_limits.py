@@ -1,5 +1,6 @@
-"""The CPUs this process may use (affinity and cgroup quota) and their division among concurrent
-sweep trials (cores, environment). A run sizes its own thread pools from this in `threads.py`.
+"""The CPUs this process may use (affinity and cgroup quota) and the environment variables that
+carry a run's CPU budget. A run sizes its own thread pools from this in `threads.py`; the sweep
+side divides the same limits among concurrent trials (`trainer.sweep.agents.cpu_share`).
 No torch import: the sweeper and the agents use this module too."""
 
 from __future__ import annotations
@@ -8,16 +9,12 @@ import logging
 import math
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 log = logging.getLogger(__name__)
 
 ENV_BUDGET = "TRAINER_CPU_BUDGET"  # CPUs of a trial's share, set by the agent that starts it
-ENV_SLOT = "TRAINER_CPU_SLOT"  # "i/N": an agent's slot among the agents started together
-ENV_PER_TRIAL = "TRAINER_CPUS_PER_TRIAL"  # hydra.sweeper.cpus_per_trial, handed to the agents
 # Thread pools of the numeric libraries a trial (and its child processes) may start.
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 COMPILE_THREADS_VAR = "TORCHINDUCTOR_COMPILE_THREADS"  # Inductor's parallel compile workers
@@ -132,107 +129,3 @@ def process_limits() -> CpuLimits:
         cores = tuple(range(os.cpu_count() or 1))
     text = _read(Path("/proc/self/cgroup"))
     return CpuLimits(cores, cgroup_cpu_quota(text) if text else None)
-
-
-@dataclass(frozen=True)
-class Share:
-    """One trial's share of the CPUs: a thread budget and, where possible, its own cores."""
-
-    cpus: int  # thread budget: intra-op threads + DataLoader workers fit in it
-    cores: tuple[int, ...]  # CPU affinity of the trial (empty: no affinity is set)
-    slot: int = 0  # this share's index among `slots`
-    slots: int = 1  # shares the CPUs were divided into
-
-    def env(self) -> dict[str, str]:
-        """The environment a trial gets: its budget, and every thread pool sized to it."""
-        budget = str(self.cpus)
-        return {
-            ENV_BUDGET: budget,
-            COMPILE_THREADS_VAR: budget,
-            **dict.fromkeys(THREAD_VARS, budget),
-        }
-
-
-def plan_shares(limits: CpuLimits, slots: int, per_trial: int | None = None) -> list[Share]:
-    """Divide `limits` among `slots` concurrent trials: `per_trial` CPUs each, or an equal
-    share (at least one) when None. Slot i takes the next block of cores, so the sets are
-    disjoint while they fit and wrap around (shared cores) when more slots than cores ask."""
-    slots = max(1, slots)
-    cpus = per_trial if per_trial is not None else max(1, limits.count // slots)
-    cores = limits.cores
-    shares = []
-    for slot in range(slots):
-        if cores and cpus <= len(cores):
-            start = slot * cpus
-            mine = tuple(sorted({cores[(start + k) % len(cores)] for k in range(cpus)}))
-        else:  # more CPUs asked than cores: the whole mask
-            mine = tuple(cores)
-        shares.append(Share(cpus=cpus, cores=mine, slot=slot, slots=slots))
-    return shares
-
-
-def per_trial_problem(value: Any, limits: CpuLimits, key: str) -> str | None:
-    """Why `key=value` cannot be a number of CPUs per trial here, or None when it can."""
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        return (
-            f"{key}={value!r} must be a positive number of CPUs per trial, or null for an equal "
-            "share of this process's CPUs among the concurrent trials"
-        )
-    if value > limits.count:
-        return (
-            f"{key}={value} is more CPUs than this process may use ({_describe(limits)}); set "
-            f"{key} to at most {limits.count}, or null for an equal share"
-        )
-    return None
-
-
-def _describe(limits: CpuLimits) -> str:
-    text = f"{limits.count}: cores {format_cpu_list(limits.cores)}"
-    return text + (f", cgroup quota {limits.quota:g} CPUs" if limits.quota is not None else "")
-
-
-def sweep_problems(options: dict[str, Any], limits: CpuLimits | None = None) -> list[str]:
-    """Problems of `hydra.sweeper.cpus_per_trial` on this machine (none when it is null)."""
-    value = options.get("cpus_per_trial")
-    if value is None:
-        return []
-    problem = per_trial_problem(value, limits or process_limits(), "hydra.sweeper.cpus_per_trial")
-    return [problem] if problem else []
-
-
-def slot_env(slot: int, slots: int, per_trial: int | None) -> dict[str, str]:
-    """The environment of agent `slot` of `slots` started together by one sweep command."""
-    env = {ENV_SLOT: f"{slot}/{slots}"}
-    if per_trial is not None:
-        env[ENV_PER_TRIAL] = str(per_trial)
-    return env
-
-
-def parse_slot(text: str | None) -> tuple[int, int] | None:
-    """'1/4' -> (1, 4); None (or junk) -> None."""
-    if not text:
-        return None
-    index, _, total = text.partition("/")
-    try:
-        slot, slots = int(index), int(total)
-    except ValueError:
-        return None
-    return (slot, slots) if 0 <= slot < slots else None
-
-
-@contextmanager
-def inherited_affinity(cores: tuple[int, ...]) -> Iterator[None]:
-    """Processes started inside this block run on `cores`: the calling thread's affinity is
-    narrowed for the start (a child inherits it) and restored after. No-op without cores or
-    where the OS has no affinity."""
-    if not cores or not hasattr(os, "sched_setaffinity"):
-        yield
-        return
-    previous = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, cores)
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, previous)

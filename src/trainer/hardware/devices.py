@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from trainer.config import ConfigError
+from trainer.config.schema import ConfigError
 
 
 def check_device(key: str, want: str) -> None:

@@ -18,15 +18,18 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainer import distributed
-from trainer.checkpoint import TrainState
 from trainer.compiling import compile_stats, summary_for_tracker
-from trainer.config import CompileConfig, TrainerConfig
-from trainer.console import ProgressView
-from trainer.data import DataBundle
+from trainer.config.schema import CompileConfig, TrainerConfig
+from trainer.data.plan import DataBundle
 from trainer.errors import TrainerError
-from trainer.layout import RunLayout
-from trainer.loop import (
+from trainer.hardware import distributed
+from trainer.outputs.console import ProgressView
+from trainer.outputs.layout import RunLayout
+from trainer.outputs.summary import RunSummary, run_paths
+from trainer.outputs.tracking import Tracker
+from trainer.train.checkpoint import TrainState
+from trainer.train.metrics import Timing, epoch_row
+from trainer.train.step import (
     WARNING_SIGNALS,
     Diverged,
     GracefulStop,
@@ -35,9 +38,6 @@ from trainer.loop import (
     sync,
     train_epoch,
 )
-from trainer.metrics import Timing, epoch_row
-from trainer.summary import RunSummary, run_paths
-from trainer.tracking import Tracker
 
 log = logging.getLogger(__name__)
 

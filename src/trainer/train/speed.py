@@ -56,7 +56,7 @@ def maybe_channels_last(model: nn.Module, setting: Any, device: torch.device) ->
 def record(flags: dict[str, Any], transform: Any, optimizer: torch.optim.Optimizer) -> dict:
     """The `speed` section of summary.json: the backend flags, whether training batches are
     channels-last (`transform`: the training BatchTransform), and the optimizer's kernel."""
-    from trainer.optim import kernel_name
+    from trainer.train.optim import kernel_name
 
     return {
         **flags,

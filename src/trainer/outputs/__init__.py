@@ -1,0 +1,1 @@
+"""What a run leaves and shows: its folder layout, metrics rows, summary, tracker and console."""
