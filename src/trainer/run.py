@@ -30,7 +30,7 @@ from trainer.preflight import validate
 from trainer.train import speed
 from trainer.train.checkpoint import TrainState
 from trainer.train.ema import maybe_average
-from trainer.train.fit import Interrupted, Job, finish, fit
+from trainer.train.fit import FitPlan, Interrupted, finish, fit
 from trainer.train.models import build_model, input_spec
 from trainer.train.optim import build_optimizer, build_scheduler
 from trainer.train.resume import Resumed, restore
@@ -70,7 +70,7 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
     train_model = distributed.wrap(state.model, ctx)  # compiled in place, then wrapped
 
     tracker = open_tracker(conf, state.config, cfg, layout, ctx.is_main, resumed)
-    job = Job(
+    fit_plan = FitPlan(
         state=state,
         train_model=train_model,
         data=data,
@@ -88,8 +88,8 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
         close_cache=close_cache,
     )
     try:
-        fit(job)
-        summary = finish(job)
+        fit(fit_plan)
+        summary = finish(fit_plan)
     except BaseException as err:
         tracker.finish(exit_code=1)
         compiling.raise_if_limit_error(err)
@@ -215,7 +215,7 @@ def open_tracker(
 
 
 def resolve_run_dir(explicit: str | Path | None) -> Path:
-    """`explicit`, else Hydra's run directory of this job."""
+    """`explicit`, else Hydra's run directory of this fit_plan."""
     if explicit is not None:
         return Path(explicit)
     from hydra.core.hydra_config import HydraConfig

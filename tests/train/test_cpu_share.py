@@ -155,9 +155,9 @@ def test_per_trial_problem(value, problem):
 
 
 def test_sweep_problems_name_the_key():
-    (problem,) = cpu_share.sweep_problems({"cpus_per_trial": 5}, CpuLimits((0, 1), 1.0))
+    (problem,) = cpu_share.cpus_per_trial_problems({"cpus_per_trial": 5}, CpuLimits((0, 1), 1.0))
     assert problem.startswith("hydra.sweeper.cpus_per_trial=5") and "cgroup quota 1 CPUs" in problem
-    assert cpu_share.sweep_problems({"cpus_per_trial": None}) == []
+    assert cpu_share.cpus_per_trial_problems({"cpus_per_trial": None}) == []
 
 
 @pytest.mark.parametrize(

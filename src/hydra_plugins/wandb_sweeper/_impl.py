@@ -124,7 +124,7 @@ def runner_problems(options: dict[str, Any]) -> list[str]:
             f"hydra.sweeper.max_retries={retries!r} must be an integer >= 0: the times a run "
             "lost with its agent, job or host is handed out again (0: never; it is crashed)"
         )
-    return problems + cpu_share.sweep_problems(options)
+    return problems + cpu_share.cpus_per_trial_problems(options)
 
 
 def _first_values(sweep_config: dict[str, Any]) -> dict[str, Any]:

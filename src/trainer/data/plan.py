@@ -16,7 +16,7 @@ from torch.utils.data.distributed import DistributedSampler
 from trainer.config.schema import ConfigError, DataConfig
 from trainer.data.augment import GEOMETRY, Augment
 from trainer.data.batches import Batches, BatchTransform, ResidentBatches, StreamedBatches
-from trainer.data.stored import Layout, count_samples, layout, load, stats
+from trainer.data.stored import StoredFormat, count_samples, load, stats, stored_format
 from trainer.hardware import threads
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ class DataPlan:
     pipeline: str  # memory (uint8 tensors on the training device) | stream (DataLoader)
     workers: int  # DataLoader workers of a streamed set (0 for a resident one)
     decode_workers: int  # processes that decode an image folder once, for pipeline=memory
-    layout: Layout
+    stored_format: StoredFormat
     stored_mb: float  # decoded uint8 size of both splits
 
 
@@ -38,7 +38,7 @@ def plan_data(cfg: DataConfig, channels: int | None, size: int | None) -> DataPl
     """`data.pipeline=auto` keeps a set in memory when its decoded size fits
     `data.in_memory_max_mb`; `data.num_workers=auto` is this rank's CPU share minus one (at
     most 8) for a streamed set. Cheap: nothing is decoded."""
-    target = layout(cfg, channels, size)
+    target = stored_format(cfg, channels, size)
     mb = count_samples(cfg) * target.sample_bytes / 2**20
     pipeline = cfg.pipeline
     if pipeline == "auto":
@@ -115,7 +115,7 @@ def build_data(
     """
     plan = plan or plan_data(cfg, channels=channels, size=size)
     splits = load(
-        cfg, plan.layout, in_memory=plan.pipeline == "memory", workers=plan.decode_workers
+        cfg, plan.stored_format, in_memory=plan.pipeline == "memory", workers=plan.decode_workers
     )
     train_set, val_set = splits.train, splits.val
     if len(train_set) == 0 or len(val_set) == 0:  # type: ignore[arg-type]
@@ -125,11 +125,11 @@ def build_data(
         )
     train_bs, eval_bs = _batch_sizes(cfg, len(train_set), world_size)  # type: ignore[arg-type]
     resident = train_set.tensors[0] if isinstance(train_set, TensorDataset) else None
-    mean, std = stats(cfg, plan.layout, resident)
+    mean, std = stats(cfg, plan.stored_format, resident)
     augment = _augment(cfg, seed, device, rank, world_size)
     transforms = (
-        BatchTransform(mean, std, plan.layout.channels, augment),
-        BatchTransform(mean, std, plan.layout.channels),
+        BatchTransform(mean, std, plan.stored_format.channels, augment),
+        BatchTransform(mean, std, plan.stored_format.channels),
     )
     # Shuffled with seed + epoch (see DataBundle.set_epoch); one rank reads the whole order.
     n_train = len(train_set)  # type: ignore[arg-type]
@@ -144,7 +144,7 @@ def build_data(
         pin = pin_memory and device.type == "cuda"
         parts = (train_set, val_set, sampler, sizes, transforms, device, share)
         train, val = _streamed(*parts, workers=plan.workers, pin=pin)
-    shape = (plan.layout.channels, plan.layout.height, plan.layout.width)
+    shape = (plan.stored_format.channels, plan.stored_format.height, plan.stored_format.width)
     info = _info(cfg, plan, device, augment)
     return DataBundle(train, val, splits.num_classes, shape, train_bs, sizes[1], info)
 
@@ -156,7 +156,11 @@ def _info(cfg: DataConfig, plan: DataPlan, device: torch.device, augment: Augmen
         "pipeline": plan.pipeline,
         "stored_on": str(device) if plan.pipeline == "memory" else "host (DataLoader)",
         "stored_mb": round(plan.stored_mb, 1),
-        "stored_shape": [plan.layout.stored, plan.layout.height, plan.layout.width],
+        "stored_shape": [
+            plan.stored_format.stored,
+            plan.stored_format.height,
+            plan.stored_format.width,
+        ],
         "num_workers": plan.workers,
         "augment": cfg.augment,
         "augment_ops": augment.ops if augment is not None else [],

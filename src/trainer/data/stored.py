@@ -38,7 +38,7 @@ _FOLDERS = {
 
 
 @dataclass(frozen=True)
-class Layout:
+class StoredFormat:
     """How images are stored: `stored` channels (grey stays grey; the model's 3 channels are made
     per batch), the model's `channels`, and the stored (= model input) size."""
 
@@ -53,7 +53,7 @@ class Layout:
         return self.stored * self.height * self.width
 
 
-def layout(cfg: DataConfig, channels: int | None, size: int | None) -> Layout:
+def stored_format(cfg: DataConfig, channels: int | None, size: int | None) -> StoredFormat:
     """The stored layout of `cfg` for a model wanting `channels` and square `size` (None: native)."""
     if cfg.name == "fake":
         native, height, width = (int(s) for s in cfg.image_shape)
@@ -68,7 +68,7 @@ def layout(cfg: DataConfig, channels: int | None, size: int | None) -> Layout:
             "model.in_channels=null, 1 or 3."
         )
     height, width = (size, size) if size is not None else (height, width)
-    return Layout(native, 1 if native == 1 else want, want, height, width)
+    return StoredFormat(native, 1 if native == 1 else want, want, height, width)
 
 
 def count_samples(cfg: DataConfig) -> int:
@@ -85,10 +85,10 @@ def count_samples(cfg: DataConfig) -> int:
     )
 
 
-class Fit:
+class Reformat:
     """uint8 C×H×W (or N×C×H×W) → the stored layout: grey from RGB, resized with antialiasing."""
 
-    def __init__(self, target: Layout) -> None:
+    def __init__(self, target: StoredFormat) -> None:
         self.target = target
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
@@ -102,13 +102,13 @@ class Fit:
         return images.contiguous()
 
 
-def fit_all(images: torch.Tensor, target: Layout, chunk: int = 4096) -> torch.Tensor:
-    """`Fit` over a whole N×C×H×W uint8 tensor, a chunk at a time (bounded extra memory)."""
-    fit = Fit(target)
-    return torch.cat([fit(images[i : i + chunk]) for i in range(0, len(images), chunk)])
+def reformat_all(images: torch.Tensor, target: StoredFormat, chunk: int = 4096) -> torch.Tensor:
+    """`Reformat` over a whole N×C×H×W uint8 tensor, a chunk at a time (bounded extra memory)."""
+    reformat = Reformat(target)
+    return torch.cat([reformat(images[i : i + chunk]) for i in range(0, len(images), chunk)])
 
 
-def stats(cfg: DataConfig, target: Layout, train: torch.Tensor | None) -> tuple[tuple, tuple]:
+def stats(cfg: DataConfig, target: StoredFormat, train: torch.Tensor | None) -> tuple[tuple, tuple]:
     """(mean, std) per model channel, in units of pixel / 255: the published constants of a
     named set (grey ones averaged when channels change), else measured on `train`."""
     if cfg.name in STATS:
@@ -175,18 +175,18 @@ def read_rgb(path: str) -> torch.Tensor:
             return pil_to_tensor(image.convert("RGB"))
 
 
-def folder_pair(cfg: DataConfig, target: Layout) -> tuple[Dataset, Dataset, int]:
+def folder_pair(cfg: DataConfig, target: StoredFormat) -> tuple[Dataset, Dataset, int]:
     """An image folder's train and validation sets (root/train + root/val, or a seeded split
     of root) yielding uint8 images of the stored layout."""
     from torchvision.datasets import ImageFolder
 
-    root, fit = require_root(cfg), Fit(target)
+    root, reformat = require_root(cfg), Reformat(target)
     try:
         if (root / "train").is_dir() and (root / "val").is_dir():
-            train = ImageFolder(str(root / "train"), transform=fit, loader=read_rgb)
-            val = ImageFolder(str(root / "val"), transform=fit, loader=read_rgb)
+            train = ImageFolder(str(root / "train"), transform=reformat, loader=read_rgb)
+            val = ImageFolder(str(root / "val"), transform=reformat, loader=read_rgb)
             return train, val, len(train.classes)
-        full = ImageFolder(str(root), transform=fit, loader=read_rgb)
+        full = ImageFolder(str(root), transform=reformat, loader=read_rgb)
     except (FileNotFoundError, RuntimeError) as err:
         raise ConfigError(
             f"data.root={cfg.root} is not an image folder ({err}). Lay it out as "
@@ -221,11 +221,13 @@ class Splits:
     num_classes: int
 
 
-def _split(images: torch.Tensor, labels: torch.Tensor, cfg: DataConfig, target: Layout) -> Splits:
+def _split(
+    images: torch.Tensor, labels: torch.Tensor, cfg: DataConfig, target: StoredFormat
+) -> Splits:
     """A seeded train/validation split (data.split_seed, data.val_fraction) of one tensor set."""
     order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(cfg.split_seed))
     n_val = max(1, round(len(labels) * cfg.val_fraction))
-    images = fit_all(images, target)
+    images = reformat_all(images, target)
     return Splits(
         TensorDataset(images[order[n_val:]], labels[order[n_val:]]),
         TensorDataset(images[order[:n_val]], labels[order[:n_val]]),
@@ -233,7 +235,7 @@ def _split(images: torch.Tensor, labels: torch.Tensor, cfg: DataConfig, target: 
     )
 
 
-def _fake(cfg: DataConfig, target: Layout) -> Splits:
+def _fake(cfg: DataConfig, target: StoredFormat) -> Splits:
     """Random uint8 images and labels, reproducible from data.split_seed."""
     g = torch.Generator().manual_seed(cfg.split_seed * 1_000_003)
     shape = tuple(int(s) for s in cfg.image_shape)
@@ -241,7 +243,7 @@ def _fake(cfg: DataConfig, target: Layout) -> Splits:
     def draw(n: int) -> TensorDataset:
         images = torch.randint(0, 256, (n, *shape), generator=g, dtype=torch.uint8)
         labels = torch.randint(0, cfg.num_classes, (n,), generator=g)
-        return TensorDataset(fit_all(images, target), labels)
+        return TensorDataset(reformat_all(images, target), labels)
 
     return Splits(draw(cfg.num_samples), draw(max(1, cfg.num_samples // 4)), cfg.num_classes)
 
@@ -253,7 +255,7 @@ def _raw(dataset: Any) -> TensorDataset:
     return TensorDataset(images, torch.as_tensor(dataset.targets, dtype=torch.long))
 
 
-def load(cfg: DataConfig, target: Layout, *, in_memory: bool, workers: int) -> Splits:
+def load(cfg: DataConfig, target: StoredFormat, *, in_memory: bool, workers: int) -> Splits:
     """`cfg`'s data set in the stored layout: decoded once (`in_memory`) or per sample."""
     if cfg.name == "digits":
         from sklearn.datasets import load_digits
@@ -266,12 +268,12 @@ def load(cfg: DataConfig, target: Layout, *, in_memory: bool, workers: int) -> S
     if cfg.name in TORCHVISION and in_memory:
         train, val = torchvision_pair(cfg)
         pair = [_raw(s) for s in (train, val)]
-        fitted = [TensorDataset(fit_all(s.tensors[0], target), s.tensors[1]) for s in pair]
+        fitted = [TensorDataset(reformat_all(s.tensors[0], target), s.tensors[1]) for s in pair]
         return Splits(*fitted, len(train.classes))
     if cfg.name in TORCHVISION:
         from torchvision.transforms import v2
 
-        train, val = torchvision_pair(cfg, v2.Compose([v2.PILToTensor(), Fit(target)]))
+        train, val = torchvision_pair(cfg, v2.Compose([v2.PILToTensor(), Reformat(target)]))
         return Splits(train, val, len(train.classes))
     train, val, classes = folder_pair(cfg, target)
     if in_memory:

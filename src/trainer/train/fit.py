@@ -1,6 +1,6 @@
 """Fit epoch by epoch: train, reduce over ranks, evaluate, build the epoch row, step the
 schedule, keep best.pt and last.pt, log; a SIGTERM/SIGINT (or SLURM's SIGUSR1/SIGUSR2 warning)
-stops after the current step with a checkpoint. `Job` holds what a fit works on; `summarise`
+stops after the current step with a checkpoint. `FitPlan` holds what a fit works on; `summarise`
 turns it into the `RunSummary`."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class Interrupted(TrainerError):
 
 
 @dataclass
-class Job:
+class FitPlan:
     """One run's training objects and where its results go."""
 
     state: TrainState
@@ -100,23 +100,23 @@ class _StepReport:
             self.view.step(self.progress.batches_done, loss.detach().item())
 
 
-def train_and_evaluate(job: Job, stop: Any, view: ProgressView) -> dict[str, float] | None:
+def train_and_evaluate(fit_plan: FitPlan, stop: Any, view: ProgressView) -> dict[str, float] | None:
     """One epoch of training and a full evaluation; the epoch row, or None when stopped."""
-    t, p, st = job.trainer, job.progress, job.state
-    job.data.set_epoch(p.epoch)  # data order depends only on (seed, epoch): resumes replay it
-    view.start_epoch(p.epoch, len(job.data.train), p.batches_done)
+    t, p, st = fit_plan.trainer, fit_plan.progress, fit_plan.state
+    fit_plan.data.set_epoch(p.epoch)  # data order depends only on (seed, epoch): resumes replay it
+    view.start_epoch(p.epoch, len(fit_plan.data.train), p.batches_done)
     result = train_epoch(
-        job.train_model,
-        job.data.train,
+        fit_plan.train_model,
+        fit_plan.data.train,
         st.optimizer,
         st.scaler,
         progress=p,
-        device=job.device,
-        dtype=job.dtype,
+        device=fit_plan.device,
+        dtype=fit_plan.dtype,
         grad_clip=t.grad_clip,
         max_steps=t.max_steps,
         stop=stop,
-        time_first_step=job.timing.first_step_s is None,
+        time_first_step=fit_plan.timing.first_step_s is None,
         on_step=_StepReport(view, p, t.log_every_n_steps) if view.enabled else None,
         label_smoothing=t.label_smoothing,
         ema=st.ema,
@@ -124,36 +124,38 @@ def train_and_evaluate(job: Job, stop: Any, view: ProgressView) -> dict[str, flo
     if result is None:
         return None
     means = {"loss": result.loss, "acc": result.acc}
-    train, _ = distributed.reduce_mean(job.ctx, means, result.samples, job.device)
-    steady = job.timing.observe_train(result.first_step_s, result.steady_s, result.steady_steps)
+    train, _ = distributed.reduce_mean(fit_plan.ctx, means, result.samples, fit_plan.device)
+    steady = fit_plan.timing.observe_train(
+        result.first_step_s, result.steady_s, result.steady_steps
+    )
     # trainer.ema: the average is evaluated, swapped into the same (compiled) model in place
     with st.ema.swapped() if st.ema is not None else contextlib.nullcontext():
         ev = evaluate(  # the inner module: ranks see different numbers of val batches
             st.model,
-            job.data.val,
-            device=job.device,
-            dtype=job.dtype,
-            batch_size=job.data.eval_batch_size,
+            fit_plan.data.val,
+            device=fit_plan.device,
+            dtype=fit_plan.dtype,
+            batch_size=fit_plan.data.eval_batch_size,
         )
     val, _ = distributed.reduce_mean(
-        job.ctx, {"loss": ev.loss, "acc": ev.acc}, ev.samples, job.device
+        fit_plan.ctx, {"loss": ev.loss, "acc": ev.acc}, ev.samples, fit_plan.device
     )
-    job.timing.observe_eval(ev.first_batch_s, ev.steady_batch_s)
+    fit_plan.timing.observe_eval(ev.first_batch_s, ev.steady_batch_s)
     return epoch_row(
         epoch=p.epoch + 1,
         train=train,
         val=val,
         lr=st.optimizer.param_groups[0]["lr"],
-        timing=job.timing,
+        timing=fit_plan.timing,
         steady_step_s=steady,
         epoch_s=result.steady_s + (result.first_step_s or 0.0),
-        batch_size=job.data.train_batch_size,
+        batch_size=fit_plan.data.train_batch_size,
     )
 
 
-def record_epoch(job: Job, row: dict[str, float], view: ProgressView) -> None:
+def record_epoch(fit_plan: FitPlan, row: dict[str, float], view: ProgressView) -> None:
     """Close the epoch: schedule, progress, best.pt and last.pt, metrics.jsonl, W&B, console."""
-    t, p, st = job.trainer, job.progress, job.state
+    t, p, st = fit_plan.trainer, fit_plan.progress, fit_plan.state
     if st.scheduler is not None:
         st.scheduler.step()
     p.epoch, p.batches_done = p.epoch + 1, 0
@@ -162,13 +164,13 @@ def record_epoch(job: Job, row: dict[str, float], view: ProgressView) -> None:
     improved = p.best is None or sign * value > sign * p.best
     if improved:
         p.best, p.best_epoch = value, p.epoch
-    job.save("last.pt")
+    fit_plan.save("last.pt")
     if improved:
-        job.save("best.pt")
-    if job.ctx.is_main:
-        with open(job.layout.metrics, "a") as handle:
+        fit_plan.save("best.pt")
+    if fit_plan.ctx.is_main:
+        with open(fit_plan.layout.metrics, "a") as handle:
             handle.write(json.dumps(row) + "\n")
-    job.tracker.log(row)
+    fit_plan.tracker.log(row)
     view.end_epoch(row)
     log.info(
         "epoch %d/%d  train/loss %.4f  train/acc %.4f  val/loss %.4f  val/acc %.4f  %.0f samples/s",
@@ -182,60 +184,62 @@ def record_epoch(job: Job, row: dict[str, float], view: ProgressView) -> None:
     )
 
 
-def fit(job: Job) -> None:
+def fit(fit_plan: FitPlan) -> None:
     """Train until trainer.max_epochs (or max_steps); raise `Interrupted` after a stop."""
-    t, p = job.trainer, job.progress
+    t, p = fit_plan.trainer, fit_plan.progress
     with (
         GracefulStop() as signals,
-        ProgressView(t.max_epochs, p.epoch, enabled=job.ctx.is_main) as view,
+        ProgressView(t.max_epochs, p.epoch, enabled=fit_plan.ctx.is_main) as view,
     ):
-        stop = distributed.AgreedStop(signals, job.ctx)  # all ranks stop after the same step
+        stop = distributed.AgreedStop(signals, fit_plan.ctx)  # all ranks stop after the same step
         while p.epoch < t.max_epochs and not stop.requested:
             if t.max_steps is not None and p.step >= t.max_steps:
                 break
             try:
-                row = train_and_evaluate(job, stop, view)
+                row = train_and_evaluate(fit_plan, stop, view)
             except Diverged as err:
-                stop_diverged(job, err)
+                stop_diverged(fit_plan, err)
             if row is None:
                 break
-            record_epoch(job, row, view)
+            record_epoch(fit_plan, row, view)
         if stop.requested:
-            stop_after_save(job, stop.signum)  # type: ignore[arg-type]
+            stop_after_save(fit_plan, stop.signum)  # type: ignore[arg-type]
 
 
-def stop_after_save(job: Job, signum: int) -> None:
+def stop_after_save(fit_plan: FitPlan, signum: int) -> None:
     """Save the unfinished epoch (its sums over all ranks), summarise, close W&B, raise."""
-    p = job.progress
-    sync(job.device)
+    p = fit_plan.progress
+    sync(fit_plan.device)
     names = ("loss", "correct", "count")
-    sums = distributed.reduce_sums(job.ctx, [p.partial.get(k, 0.0) for k in names], job.device)
+    sums = distributed.reduce_sums(
+        fit_plan.ctx, [p.partial.get(k, 0.0) for k in names], fit_plan.device
+    )
     p.partial = dict(zip(names, sums, strict=True)) if sums[2] else {}
-    job.save("last.pt")
-    summary = summarise(job, "interrupted")
-    job.tracker.summary({"status": "interrupted"})
+    fit_plan.save("last.pt")
+    summary = summarise(fit_plan, "interrupted")
+    fit_plan.tracker.summary({"status": "interrupted"})
     if signum in WARNING_SIGNALS:  # a cluster's time limit or preemption: W&B requeues the run
-        job.tracker.mark_preempting()
-    job.tracker.finish(exit_code=128 + signum)
+        fit_plan.tracker.mark_preempting()
+    fit_plan.tracker.finish(exit_code=128 + signum)
     raise Interrupted(
         signum,
         f"{signal.Signals(signum).name} received: stopped in epoch {p.epoch + 1} "
-        f"({p.epoch} of {job.trainer.max_epochs} done), step {p.step}; "
+        f"({p.epoch} of {fit_plan.trainer.max_epochs} done), step {p.step}; "
         f"saved {summary.paths['checkpoint']}. Resume with the same command plus "
-        f"hydra.run.dir={job.layout.root} trainer.resume=auto",
+        f"hydra.run.dir={fit_plan.layout.root} trainer.resume=auto",
     )
 
 
-def stop_diverged(job: Job, err: Diverged) -> None:
+def stop_diverged(fit_plan: FitPlan, err: Diverged) -> None:
     """A non-finite training loss: summary.json says `diverged` (and where), last.pt stays the
     last finite epoch's, the W&B run ends with the error's exit code; raise the paragraph."""
     summary = summarise(
-        job, "diverged", diverged={"epoch": err.epoch, "step": err.step, "loss": str(err.loss)}
+        fit_plan, "diverged", diverged={"epoch": err.epoch, "step": err.step, "loss": str(err.loss)}
     )
-    job.tracker.summary({"status": "diverged"})
-    job.tracker.finish(exit_code=err.exit_code)
+    fit_plan.tracker.summary({"status": "diverged"})
+    fit_plan.tracker.finish(exit_code=err.exit_code)
     kept = summary.paths["checkpoint"]
-    lr = job.state.optimizer.param_groups[0]["lr"]
+    lr = fit_plan.state.optimizer.param_groups[0]["lr"]
     raise Diverged(
         err.loss,
         epoch=err.epoch,
@@ -248,22 +252,22 @@ def stop_diverged(job: Job, err: Diverged) -> None:
     ) from None
 
 
-def finish(job: Job) -> RunSummary:
+def finish(fit_plan: FitPlan) -> RunSummary:
     """A finished run: its summary (the compile cache's additions included), also as the W&B
     run's summary; the W&B run closed."""
-    summary = summarise(job, "finished")
-    job.tracker.summary(summary.tracker_values(summary_for_tracker(summary.compile)))
-    job.tracker.finish()
+    summary = summarise(fit_plan, "finished")
+    fit_plan.tracker.summary(summary.tracker_values(summary_for_tracker(summary.compile)))
+    fit_plan.tracker.finish()
     return summary
 
 
-def summarise(job: Job, status: str, diverged: dict[str, Any] | None = None) -> RunSummary:
+def summarise(fit_plan: FitPlan, status: str, diverged: dict[str, Any] | None = None) -> RunSummary:
     """The run's summary, after closing the compile cache (what this run compiled
     goes to the bundle first, so the summary can say so); rank 0 writes summary.json."""
-    t, p = job.trainer, job.progress
+    t, p = fit_plan.trainer, fit_plan.progress
     last = p.history[-1] if p.history else {}
     stats = compile_stats()
-    cache = job.close_cache(stats, job.tracker.wandb_run)
+    cache = fit_plan.close_cache(stats, fit_plan.tracker.wandb_run)
     summary = RunSummary(
         status=status,
         epochs_completed=p.epoch,
@@ -271,36 +275,38 @@ def summarise(job: Job, status: str, diverged: dict[str, Any] | None = None) -> 
         metrics=last,
         best={"name": t.monitor, "value": p.best, "epoch": p.best_epoch, "mode": t.monitor_mode},
         perf={
-            "compile_s": last.get("perf/compile_s", 0.0) if job.compiled else None,
+            "compile_s": last.get("perf/compile_s", 0.0) if fit_plan.compiled else None,
             "samples_per_s": last.get("perf/samples_per_s", 0.0),
             "step_ms": last.get("perf/step_ms", 0.0),
-            **job.timing.as_dict(),
-            "loop_started_at": job.loop_started_at,
-            "wall_s": time.perf_counter() - job.started,
+            **fit_plan.timing.as_dict(),
+            "loop_started_at": fit_plan.loop_started_at,
+            "wall_s": time.perf_counter() - fit_plan.started,
         },
         compile={
-            **asdict(job.compile_config),
-            "enabled": job.compiled,
+            **asdict(fit_plan.compile_config),
+            "enabled": fit_plan.compiled,
             **stats,
-            "auto": job.auto,
+            "auto": fit_plan.auto,
             "cache": cache,
         },
-        device=str(job.device),
+        device=str(fit_plan.device),
         strategy=t.strategy,
-        world_size=job.ctx.world_size,
+        world_size=fit_plan.ctx.world_size,
         precision=t.precision,
-        cpu=job.cpu,
+        cpu=fit_plan.cpu,
         torch=torch.__version__,
         cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
         diverged=diverged,
-        speed=job.speed,
-        data=job.data.info,
-        val_weights="model" if job.state.ema is None else "ema",
+        speed=fit_plan.speed,
+        data=fit_plan.data.info,
+        val_weights="model" if fit_plan.state.ema is None else "ema",
         paths=run_paths(
-            job.layout, wandb_run_dir=job.tracker.run_dir, wandb_run_id=job.tracker.run_id
+            fit_plan.layout,
+            wandb_run_dir=fit_plan.tracker.run_dir,
+            wandb_run_id=fit_plan.tracker.run_id,
         ),
-        config=job.state.config,
+        config=fit_plan.state.config,
     )
-    if job.ctx.is_main:
-        summary.write(job.layout.summary)
+    if fit_plan.ctx.is_main:
+        summary.write(fit_plan.layout.summary)
     return summary

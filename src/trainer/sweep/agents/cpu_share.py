@@ -84,7 +84,7 @@ def _describe(limits: CpuLimits) -> str:
     return text + (f", cgroup quota {limits.quota:g} CPUs" if limits.quota is not None else "")
 
 
-def sweep_problems(options: dict[str, Any], limits: CpuLimits | None = None) -> list[str]:
+def cpus_per_trial_problems(options: dict[str, Any], limits: CpuLimits | None = None) -> list[str]:
     """Problems of `hydra.sweeper.cpus_per_trial` on this machine (none when it is null)."""
     value = options.get("cpus_per_trial")
     if value is None:
