@@ -27,7 +27,7 @@ from benchmarks import destination
 from trainer.config.hydra_version import VERSION_BASE
 from trainer.config.paths import conf_dir
 from trainer.config.schema import TrainConfig
-from trainer.data.plan import build_data
+from trainer.data.plan import Placement, build_data
 from trainer.hardware.devices import resolve_precision
 from trainer.preflight import validate
 from trainer.run import run
@@ -94,7 +94,7 @@ def bare_samples_per_s(conf: TrainConfig, device: torch.device) -> float:
     speed.apply_backend_flags(tf32=t.tf32, cudnn_benchmark=t.cudnn_benchmark, device=device)
     channels, size = input_spec(conf.model)
     data = build_data(
-        conf.data, channels=channels, size=size, seed=t.seed, pin_memory=False, device=device
+        conf.data, channels=channels, size=size, seed=t.seed, placement=Placement(device=device)
     )
     in_ch, height, _ = data.sample_shape
     model = build_model(

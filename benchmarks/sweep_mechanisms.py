@@ -353,7 +353,7 @@ def watcher_child(args: argparse.Namespace) -> None:
         entries.start_watching(root or args.cache)
     torch.manual_seed(0)
     channels, size = input_spec(conf.model)
-    data = build_data(conf.data, channels=channels, size=size, seed=0, pin_memory=False)
+    data = build_data(conf.data, channels=channels, size=size, seed=0)
     in_ch, height, _ = data.sample_shape
     model = build_model(conf.model, num_classes=data.num_classes, in_channels=in_ch,
                         image_size=height)  # fmt: skip

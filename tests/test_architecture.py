@@ -46,10 +46,6 @@ LAYERS = (
 MAX_LOOSE = 8
 # Functions that still take more than 8 parameters (qualified names); the list only shrinks.
 OVER_8_PENDING = {
-    "trainer.data.plan._streamed",
-    "trainer.data.plan.build_data",
-    "trainer.train.step.train_epoch",
-    "trainer.train.step.train_step",
     "trainer.sweep.local.run_sweep",
     "trainer.sweep.server.run_server_sweep",
 }

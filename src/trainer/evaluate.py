@@ -72,14 +72,18 @@ def _build(conf: TrainConfig, state: dict[str, Any], source: str, device: Any):
     """The validation data and the checkpoint's model on `device`, in eval mode."""
     import torch
 
-    from trainer.data.plan import build_data
+    from trainer.data.plan import Placement, build_data
     from trainer.train import checkpoint as ckpt
     from trainer.train import speed
     from trainer.train.models import build_model, input_spec
 
     channels, size = input_spec(conf.model)
     data = build_data(
-        conf.data, channels=channels, size=size, seed=0, pin_memory=True, device=device
+        conf.data,
+        channels=channels,
+        size=size,
+        seed=0,
+        placement=Placement(device=device, pin_memory=True),
     )
     if data.num_classes != state["num_classes"]:
         raise ConfigError(

@@ -21,7 +21,7 @@ from trainer.compiling import trace
 from trainer.compiling.auto import StepRecipe, maybe_decide, planned_steps
 from trainer.compiling.warm import warm_only
 from trainer.config.schema import ConfigError, TrainConfig, flatten
-from trainer.data.plan import DataBundle, DataPlan, build_data, plan_data
+from trainer.data.plan import DataBundle, DataPlan, Placement, build_data, plan_data
 from trainer.hardware import devices, distributed, threads
 from trainer.outputs.console import print_summary
 from trainer.outputs.layout import RunLayout
@@ -133,10 +133,12 @@ def build_run_data(
         channels=channels,
         size=size,
         seed=conf.trainer.seed,
-        pin_memory=device.type == "cuda",
-        rank=ctx.rank,
-        world_size=ctx.world_size,
-        device=device,
+        placement=Placement(
+            device=device,
+            rank=ctx.rank,
+            world_size=ctx.world_size,
+            pin_memory=device.type == "cuda",
+        ),
         plan=plan,
     )
 

@@ -323,7 +323,8 @@ def test_auto_times_the_training_step_with_its_precision_and_clipping(monkeypatc
     calls = []
 
     def recording_step(*args, **kwargs):
-        calls.append((kwargs["dtype"], kwargs["grad_clip"], args[2].is_enabled()))
+        rules = args[5]
+        calls.append((rules.dtype, rules.grad_clip, args[2].is_enabled()))
         return train_step(*args, **kwargs)
 
     monkeypatch.setattr(compile_auto, "train_step", recording_step)

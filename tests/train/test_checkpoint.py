@@ -15,7 +15,7 @@ from trainer.config.schema import ConfigError, SchedulerConfig
 from trainer.outputs.layout import RunLayout
 from trainer.train import checkpoint as ckpt
 from trainer.train.optim import build_scheduler
-from trainer.train.step import GracefulStop, Progress, train_epoch
+from trainer.train.step import EpochControl, GracefulStop, Progress, StepRules, train_epoch
 
 CPU = torch.device("cpu")
 
@@ -46,8 +46,8 @@ def test_train_state_saves_and_restores_every_part(tmp_path):
     saved = _state(0)
     train_epoch(
         saved.model, _loader(), saved.optimizer, saved.scaler, progress=saved.progress,
-        device=CPU, dtype=None, grad_clip=None, max_steps=None, stop=GracefulStop(),
-        time_first_step=False,
+        rules=StepRules(CPU),
+        control=EpochControl(max_steps=None, stop=GracefulStop(), time_first_step=False),
     )  # fmt: skip
     saved.scheduler.step()
     saved.progress.epoch, saved.progress.best = 1, 0.5

@@ -18,7 +18,7 @@ import torch
 
 from tests.conftest import ROOT, make_cfg
 from trainer.config.schema import ConfigError, DataConfig
-from trainer.data.plan import build_data
+from trainer.data.plan import Placement, build_data
 from trainer.run import run
 from trainer.train.models import SmallCNN
 
@@ -62,9 +62,9 @@ def single(tmp_path_factory):
 
 def test_global_batches_hold_the_same_samples_at_any_world_size():
     cfg = DataConfig(batch_size=64)
-    kwargs = {"channels": None, "size": None, "seed": 3, "pin_memory": False}
+    kwargs = {"channels": None, "size": None, "seed": 3}
     one = build_data(cfg, **kwargs)
-    ranks = [build_data(cfg, **kwargs, rank=r, world_size=2) for r in range(2)]
+    ranks = [build_data(cfg, **kwargs, placement=Placement(rank=r, world_size=2)) for r in range(2)]
     for bundle in (one, *ranks):
         bundle.set_epoch(1)
     for whole, *parts in zip(one.train, *(b.train for b in ranks), strict=True):
@@ -82,8 +82,7 @@ def test_batch_must_divide_among_ranks():
             channels=None,
             size=None,
             seed=0,
-            pin_memory=False,
-            world_size=2,
+            placement=Placement(world_size=2),
         )
 
 

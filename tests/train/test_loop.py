@@ -12,7 +12,15 @@ from trainer.config.schema import OptimizerConfig
 from trainer.hardware import devices
 from trainer.train.models import SmallCNN
 from trainer.train.optim import build_optimizer
-from trainer.train.step import GracefulStop, Progress, evaluate, train_epoch, train_step
+from trainer.train.step import (
+    EpochControl,
+    GracefulStop,
+    Progress,
+    StepRules,
+    evaluate,
+    train_epoch,
+    train_step,
+)
 
 CPU = torch.device("cpu")
 
@@ -38,9 +46,7 @@ def test_train_step_clips_gradients(monkeypatch):
     seen = []
     monkeypatch.setattr(nn.utils, "clip_grad_norm_", lambda params, norm: seen.append(norm))
     x, y = torch.randn(4, 1, 8, 8), torch.tensor([0, 1, 2, 0])
-    loss, logits = train_step(
-        model, optimizer, scaler, x, y, device=CPU, dtype=torch.bfloat16, grad_clip=0.5
-    )
+    loss, logits = train_step(model, optimizer, scaler, x, y, StepRules(CPU, torch.bfloat16, 0.5))
     assert seen == [0.5] and logits.shape == (4, 3) and loss.dtype == torch.float32
     assert all(p.grad is None for p in model.parameters())  # zeroed after the step
 
@@ -48,8 +54,8 @@ def test_train_step_clips_gradients(monkeypatch):
 def test_train_epoch_stopped_midway_resumes_to_the_same_result():
     model, optimizer, scaler = _train_objects()
     whole = train_epoch(
-        model, _loader(), optimizer, scaler, progress=Progress(), device=CPU, dtype=None,
-        grad_clip=None, max_steps=None, stop=GracefulStop(), time_first_step=True,
+        model, _loader(), optimizer, scaler, progress=Progress(), rules=StepRules(CPU),
+        control=EpochControl(max_steps=None, stop=GracefulStop(), time_first_step=True),
     )  # fmt: skip
     assert whole.steps == 6 and whole.samples == 48 and whole.steady_steps == 5
 
@@ -64,14 +70,15 @@ def test_train_epoch_stopped_midway_resumes_to_the_same_result():
 
     model, optimizer, scaler = _train_objects()
     progress = Progress()
-    common = dict(device=CPU, dtype=None, grad_clip=None, max_steps=None, time_first_step=False)
     first = train_epoch(
-        model, _loader(), optimizer, scaler, progress=progress, stop=StopAfter(2), **common
-    )
+        model, _loader(), optimizer, scaler, progress=progress, rules=StepRules(CPU),
+        control=EpochControl(max_steps=None, stop=StopAfter(2), time_first_step=False),
+    )  # fmt: skip
     assert first is None and progress.batches_done == 3 and progress.partial["count"] == 24
     rest = train_epoch(
-        model, _loader(), optimizer, scaler, progress=progress, stop=GracefulStop(), **common
-    )
+        model, _loader(), optimizer, scaler, progress=progress, rules=StepRules(CPU),
+        control=EpochControl(max_steps=None, stop=GracefulStop(), time_first_step=False),
+    )  # fmt: skip
     assert rest.samples == 48 and progress.partial == {}
     assert rest.loss == pytest.approx(whole.loss) and rest.acc == pytest.approx(whole.acc)
 
@@ -82,9 +89,8 @@ def test_diverged_training_says_how_to_fix_it():
     with pytest.raises(FloatingPointError, match="optimizer.lr"):
         for _ in range(3):
             train_epoch(
-                model, _loader(), optimizer, scaler, progress=Progress(), device=CPU,
-                dtype=None, grad_clip=None, max_steps=None, stop=GracefulStop(),
-                time_first_step=False,
+                model, _loader(), optimizer, scaler, progress=Progress(), rules=StepRules(CPU),
+                control=EpochControl(max_steps=None, stop=GracefulStop(), time_first_step=False),
             )  # fmt: skip
 
 

@@ -13,7 +13,7 @@ from benchmarks.idx_files import write_mnist_format
 from tests.conftest import make_cfg
 from trainer.config.schema import ConfigError, DataConfig, OptimizerConfig
 from trainer.data import augment
-from trainer.data.plan import build_data, plan_data
+from trainer.data.plan import Placement, build_data, plan_data
 from trainer.preflight import validate
 from trainer.train import speed
 from trainer.train.ema import WeightAverage
@@ -25,7 +25,7 @@ CPU = torch.device("cpu")
 
 def _bundle(cfg: DataConfig, *, size=32, rank=0, world=1, epoch=1):
     data = build_data(
-        cfg, channels=3, size=size, seed=0, pin_memory=False, rank=rank, world_size=world
+        cfg, channels=3, size=size, seed=0, placement=Placement(rank=rank, world_size=world)
     )
     data.set_epoch(epoch)
     return data

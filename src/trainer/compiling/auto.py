@@ -20,7 +20,7 @@ from trainer.compiling.apply import apply_compile, maybe_compile_optimizer
 from trainer.compiling.stats import compile_stats, reset
 from trainer.config.schema import CompileConfig, TrainerConfig
 from trainer.hardware.devices import grad_scaler, sync
-from trainer.train.step import train_step
+from trainer.train.step import StepRules, train_step
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +60,7 @@ class StepRecipe:
                 scaler,
                 x,
                 y,
-                device=self.device,
-                dtype=self.dtype,
-                grad_clip=self.grad_clip,
-                label_smoothing=self.label_smoothing,
+                StepRules(self.device, self.dtype, self.grad_clip, self.label_smoothing),
             )
 
         return step

@@ -20,7 +20,7 @@ from trainer.hardware.devices import sync
 from trainer.outputs.layout import RunLayout
 from trainer.outputs.summary import RunSummary, run_paths
 from trainer.train.checkpoint import TrainState
-from trainer.train.step import evaluate, train_step
+from trainer.train.step import StepRules, evaluate, train_step
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +83,7 @@ def _one_step_each(state: TrainState, data: DataBundle, t: TrainerConfig, **wher
         state.scaler,
         x.to(device),
         y.to(device),
-        device=device,
-        dtype=dtype,
-        grad_clip=t.grad_clip,
-        label_smoothing=t.label_smoothing,
+        StepRules(device, dtype, t.grad_clip, t.label_smoothing),
     )
     first = list(itertools.islice(iter(data.val), 1))  # padded, as evaluation pads it
     evaluate(state.model, first, device=device, dtype=dtype, batch_size=data.eval_batch_size)

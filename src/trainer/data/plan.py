@@ -94,25 +94,34 @@ def _augment(cfg: DataConfig, seed: int, device: torch.device, rank: int, world:
     return Augment(cfg.name, cfg.augment, seed=seed, device=device, rank=rank, world_size=world)
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a rank's batches go: the device, this rank among `world_size` (each takes its share
+    of every global batch), and whether streamed batches are read into pinned memory (CUDA)."""
+
+    device: torch.device = CPU
+    rank: int = 0
+    world_size: int = 1
+    pin_memory: bool = False
+
+
 def build_data(
     cfg: DataConfig,
     *,
     channels: int | None,
     size: int | None,
     seed: int,
-    pin_memory: bool,
-    rank: int = 0,
-    world_size: int = 1,
-    device: torch.device = CPU,
+    placement: Placement = Placement(),
     plan: DataPlan | None = None,
 ) -> DataBundle:
     """Training and validation batches whose samples have `channels` and `size` (None: native),
-    on `device`.
+    on `placement.device`.
 
     With several ranks, global training batch k holds the same samples as in a one-rank run
     (rank r takes every world_size-th of them), and the validation set is split so that each
     sample is evaluated by exactly one rank.
     """
+    device, rank, world_size = placement.device, placement.rank, placement.world_size
     plan = plan or plan_data(cfg, channels=channels, size=size)
     splits = load(
         cfg, plan.stored_format, in_memory=plan.pipeline == "memory", workers=plan.decode_workers
@@ -141,9 +150,8 @@ def build_data(
     if plan.pipeline == "memory":
         train, val = _resident(train_set, val_set, sampler, sizes, transforms, device, share)
     else:
-        pin = pin_memory and device.type == "cuda"
-        parts = (train_set, val_set, sampler, sizes, transforms, device, share)
-        train, val = _streamed(*parts, workers=plan.workers, pin=pin)
+        parts = (train_set, val_set, sampler, sizes, transforms)
+        train, val = _streamed(*parts, placement, workers=plan.workers)
     shape = (plan.stored_format.channels, plan.stored_format.height, plan.stored_format.width)
     info = _info(cfg, plan, device, augment)
     return DataBundle(train, val, splits.num_classes, shape, train_bs, sizes[1], info)
@@ -179,9 +187,10 @@ def _resident(train_set, val_set, sampler, sizes, transforms, device, share):
     return train, val
 
 
-def _streamed(train_set, val_set, sampler, sizes, transforms, device, share, *, workers, pin):
+def _streamed(train_set, val_set, sampler, sizes, transforms, placement: Placement, *, workers):
     """DataLoaders of uint8 samples (decoded in `workers` processes) feeding the device."""
-    rank, world = share
+    rank, world, device = placement.rank, placement.world_size, placement.device
+    pin = placement.pin_memory and device.type == "cuda"
     workers = {"num_workers": workers, "persistent_workers": workers > 0}
     loader = DataLoader(
         train_set, batch_size=sizes[0], sampler=sampler, drop_last=True, pin_memory=pin, **workers

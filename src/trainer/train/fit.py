@@ -32,8 +32,10 @@ from trainer.train.metrics import Timing, epoch_row
 from trainer.train.step import (
     WARNING_SIGNALS,
     Diverged,
+    EpochControl,
     GracefulStop,
     Progress,
+    StepRules,
     evaluate,
     sync,
     train_epoch,
@@ -111,14 +113,13 @@ def train_and_evaluate(fit_plan: FitPlan, stop: Any, view: ProgressView) -> dict
         st.optimizer,
         st.scaler,
         progress=p,
-        device=fit_plan.device,
-        dtype=fit_plan.dtype,
-        grad_clip=t.grad_clip,
-        max_steps=t.max_steps,
-        stop=stop,
-        time_first_step=fit_plan.timing.first_step_s is None,
-        on_step=_StepReport(view, p, t.log_every_n_steps) if view.enabled else None,
-        label_smoothing=t.label_smoothing,
+        rules=StepRules(fit_plan.device, fit_plan.dtype, t.grad_clip, t.label_smoothing),
+        control=EpochControl(
+            max_steps=t.max_steps,
+            stop=stop,
+            time_first_step=fit_plan.timing.first_step_s is None,
+            on_step=_StepReport(view, p, t.log_every_n_steps) if view.enabled else None,
+        ),
         ema=st.ema,
     )
     if result is None:

@@ -103,29 +103,48 @@ def _batches(loader: Any, skip: int) -> Iterator[tuple[int, Any]]:
             yield index, batch
 
 
+@dataclass(frozen=True)
+class StepRules:
+    """How a training step runs: autocast on `device` with `dtype` (None: fp32), gradient
+    clipping (trainer.grad_clip) and label smoothing (trainer.label_smoothing)."""
+
+    device: torch.device
+    dtype: torch.dtype | None = None
+    grad_clip: float | None = None
+    label_smoothing: float = 0.0
+
+
+@dataclass(frozen=True)
+class EpochControl:
+    """When an epoch stops before its end and what it reports on the way: the step budget
+    (trainer.max_steps), the stop flag a signal sets, whether to time the first step apart (it
+    compiles), and a callback after each step with the step count and its loss."""
+
+    max_steps: int | None
+    stop: GracefulStop
+    time_first_step: bool
+    on_step: Callable[[int, torch.Tensor], None] | None = None
+
+
 def train_step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     scaler: torch.amp.GradScaler,
     x: torch.Tensor,
     y: torch.Tensor,
-    *,
-    device: torch.device,
-    dtype: torch.dtype | None,
-    grad_clip: float | None,
-    label_smoothing: float = 0.0,
+    rules: StepRules,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One optimizer step as training runs it: forward under autocast, cross-entropy in fp32
     (label-smoothed when asked), scaled backward, optional gradient clipping, step; returns
     (loss, logits) as device tensors, never read here (no host-device sync). compile=auto times
     this very function, so it measures the graph training runs."""
-    with autocast(device, dtype):
+    with autocast(rules.device, rules.dtype):
         logits = model(x)
-        loss = F.cross_entropy(logits.float(), y, label_smoothing=label_smoothing)
+        loss = F.cross_entropy(logits.float(), y, label_smoothing=rules.label_smoothing)
     scaler.scale(loss).backward()
-    if grad_clip is not None:
+    if rules.grad_clip is not None:
         scaler.unscale_(optimizer)
-        nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        nn.utils.clip_grad_norm_(model.parameters(), rules.grad_clip)
     scaler.step(optimizer)
     scaler.update()
     optimizer.zero_grad(set_to_none=True)
@@ -189,19 +208,14 @@ def train_epoch(
     scaler: torch.amp.GradScaler,
     *,
     progress: Progress,
-    device: torch.device,
-    dtype: torch.dtype | None,
-    grad_clip: float | None,
-    max_steps: int | None,
-    stop: GracefulStop,
-    time_first_step: bool,
-    on_step: Callable[[int, torch.Tensor], None] | None = None,
-    label_smoothing: float = 0.0,
+    rules: StepRules,
+    control: EpochControl,
     ema: Any = None,
 ) -> EpochResult | None:
     """Train until the epoch ends (returns its result) or a stop is requested (returns None;
     the running sums are left in `progress.partial` for the checkpoint). Loss and accuracy are
     summed on the device and read once; `ema` (a WeightAverage) is updated after each step."""
+    device, max_steps, stop = rules.device, control.max_steps, control.stop
     model.train()
     sums = _RunningSums(progress.partial, device)
     steps, first_step_s = 0, None
@@ -209,15 +223,12 @@ def train_epoch(
     for index, (x, y) in _batches(loader, progress.batches_done):
         if max_steps is not None and progress.step >= max_steps:
             break
-        timed = time_first_step and steps == 0
+        timed = control.time_first_step and steps == 0
         if timed:
             sync(device)
             start = time.perf_counter()
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        loss, logits = train_step(
-            model, optimizer, scaler, x, y, device=device, dtype=dtype, grad_clip=grad_clip,
-            label_smoothing=label_smoothing,
-        )  # fmt: skip
+        loss, logits = train_step(model, optimizer, scaler, x, y, rules)
         sums.add(loss, logits, y)
         if ema is not None:
             ema.update(progress.step + 1)
@@ -226,8 +237,8 @@ def train_epoch(
             sync(device)
             first_step_s = time.perf_counter() - start
             steady_start = time.perf_counter()
-        if on_step is not None:
-            on_step(steps, loss)
+        if control.on_step is not None:
+            control.on_step(steps, loss)
         if stop.requested:
             progress.partial = sums.fold()
             return None
