@@ -63,7 +63,7 @@ COMMANDS: dict[str, Run | NotRun] = {
     ),
     "python -m trainer optimizer=adamw optimizer.lr=3e-4 scheduler=cosine": Run("overrides"),
     "python -m trainer trainer.precision=bf16-mixed": NotRun(
-        "bf16 mixed precision is for a GPU: tests/train/test_cli.py::test_bf16_where_the_device_cannot"
+        "bf16 mixed precision is for a GPU: tests/test_cli.py::test_bf16_where_the_device_cannot"
     ),
     "python -m trainer trainer.num_threads=4": Run("overrides"),
     "python -m trainer data=fake data.augment=strong trainer.label_smoothing=0.1 "
@@ -97,7 +97,7 @@ COMMANDS: dict[str, Run | NotRun] = {
     "python -m trainer sweep=lr_bayes": Run("sweeps", TRIAL),
     "torchrun --nproc_per_node=2 -m trainer trainer.strategy=ddp": NotRun(
         "this torchrun on 2 CPU processes (Gloo): "
-        "tests/train/test_ddp.py::test_ddp_matches_single_writes_once_and_resumes_single"
+        "tests/hardware/test_ddp.py::test_ddp_matches_single_writes_once_and_resumes_single"
     ),
     "python -m trainer sweep=lr_random hydra.sweeper.dry_run=true": Run("sweeps", ""),
     "python -m trainer -m hydra/sweeper=wandb hydra.sweeper.method=grid "

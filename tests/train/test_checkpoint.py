@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.train.test_loop import _loader, _train_objects
+from tests.train.test_step import _loader, _train_objects
 from trainer.config.schema import ConfigError, SchedulerConfig
 from trainer.outputs.layout import RunLayout
 from trainer.train import checkpoint as ckpt

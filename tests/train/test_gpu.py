@@ -136,7 +136,7 @@ def test_resident_pipeline_lives_on_the_gpu_and_a_step_never_syncs():
 def test_ddp_on_two_gpus_matches_one(cfg_factory, tmp_path):
     if torch.cuda.device_count() < 2:
         pytest.skip("needs two CUDA devices")
-    from tests.train.test_ddp import assert_close, torchrun
+    from tests.hardware.test_ddp import assert_close, torchrun
 
     args = ["compile=off", "logger=none", "trainer.max_epochs=2", "data.batch_size=128"]
     single = run(cfg_factory(*args, "trainer.device=cuda"), run_dir=tmp_path / "one")

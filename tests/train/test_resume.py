@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FAST, run_cli
-from tests.train.test_cli import _wait_for
+from tests.test_cli import _wait_for
 from trainer.config.schema import ConfigError
 from trainer.run import run
 
