@@ -106,7 +106,7 @@ def _build(conf: TrainConfig, state: dict[str, Any], source: str, device: Any):
 
 def measure_latency(model, batches: list, *, device, dtype, warmup: int, steps: int):
     """(first call s, tensor of `steps` steady call seconds) of forward passes over `batches`,
-    each under no_grad and autocast (the graph loop.evaluate runs), bracketed by syncs."""
+    each under no_grad and autocast (the graph step.evaluate runs), bracketed by syncs."""
     import torch
 
     from trainer.train.step import autocast, sync

@@ -1,5 +1,5 @@
 """`compile=auto`: time a few eager and compiled training steps on a copy of the model, with
-the very step function training runs (`loop.train_step`: autocast, GradScaler, clipping),
+the very step function training runs (`train/step.py` `train_step`: autocast, GradScaler, clipping),
 estimate the planned run both ways (compile cost included, as the cache state makes it) and
 keep the faster. `timed_steps` is the measuring primitive the benchmarks reuse."""
 
@@ -39,7 +39,7 @@ def timed_steps(step: Callable[[], Any], n: int, device: torch.device) -> list[f
 
 @dataclass
 class StepRecipe:
-    """How training steps: the precision rules and clipping `loop.train_step` is called with."""
+    """How training steps: the precision rules and clipping `train_step` is called with."""
 
     device: torch.device
     precision: str = "32"  # trainer.precision (the GradScaler scales under 16-mixed only)

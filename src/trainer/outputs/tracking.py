@@ -108,8 +108,8 @@ def start_tracker(
     choices: dict[str, Any],
     resume_id: str | None = None,
 ) -> Tracker:
-    """Start this job's W&B run (finishing any run a previous job left open); a resumed job
-    (`resume_id`: the interrupted job's W&B run id) continues that run, offline too."""
+    """Start this job's W&B run (finishing any run a previous job left open); a resumed run
+    (`resume_id`: the interrupted run's W&B run id) continues it, offline too."""
     params = sweep_params()
     if params is not None:
         check_sweep_agreement(params, flat_config, choices)
@@ -152,7 +152,7 @@ def declare_epoch_axis(run: Any) -> None:
 
 
 def _resume_args(resume_id: str | None) -> dict[str, Any]:
-    """wandb.init's id and resume for a resumed job: the interrupted run's id (a sweep agent's
+    """wandb.init's id and resume for a resumed run: the interrupted run's id (a sweep agent's
     WANDB_RUN_ID wins, it names the same trial), resumed when it exists, created when not."""
     if resume_id is None:
         return {}

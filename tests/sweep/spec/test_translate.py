@@ -9,7 +9,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from wandb.sdk.launch.sweeps.utils import create_sweep_command, create_sweep_command_args
 
 from trainer.sweep.agents.trial_argv import hydra_value, repair_argv, repair_sys_argv
-from trainer.sweep.spec.command import template as trial_command
+from trainer.sweep.spec.command import trial_command
 from trainer.sweep.spec.translate import (
     TranslationError,
     build_sweep_config,
