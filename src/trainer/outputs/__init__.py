@@ -1,1 +1,1 @@
-"""What a run leaves and shows: its folder layout, metrics rows, summary, tracker and console."""
+"""What a run leaves and shows: its folder layout, summary, tracker and console."""

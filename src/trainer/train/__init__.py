@@ -1,1 +1,2 @@
-"""Training itself: model and optimizer builders, the step, the epoch loop, checkpoints and resume."""
+"""Training itself: model and optimizer builders, speed flags, the step, the epoch loop, its
+metrics row, checkpoints and resume."""
