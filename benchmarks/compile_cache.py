@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from benchmarks import destination
-from trainer.hydra_version import VERSION_BASE
+from trainer.config.hydra_version import VERSION_BASE
 
 VARIANTS = ("cold", "bundle", "mega-cache", "warm")
 
@@ -50,8 +50,8 @@ def worker(argv: list[str]) -> None:
     from hydra import compose, initialize_config_dir
 
     from trainer.compiling import configure_cache
-    from trainer.config import CompileConfig
-    from trainer.layout import conf_dir
+    from trainer.config.paths import conf_dir
+    from trainer.config.schema import CompileConfig
     from trainer.run import run
 
     mode, artifacts, overrides = argv[0], Path(argv[1]), argv[2:]

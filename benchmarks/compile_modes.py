@@ -19,15 +19,15 @@ from pathlib import Path
 
 import torch
 
-from trainer import speed
 from trainer.compiling import apply_compile, torch_private
 from trainer.compiling.auto import timed_steps
-from trainer.config import CompileConfig, DataConfig, ModelConfig, OptimizerConfig
-from trainer.data import build_data
-from trainer.devices import grad_scaler, resolve_precision
-from trainer.loop import train_step
-from trainer.models import build_model, input_spec
-from trainer.optim import build_optimizer
+from trainer.config.schema import CompileConfig, DataConfig, ModelConfig, OptimizerConfig
+from trainer.data.plan import Placement, build_data
+from trainer.hardware.devices import grad_scaler, resolve_precision
+from trainer.train import speed
+from trainer.train.models import build_model, input_spec
+from trainer.train.optim import build_optimizer
+from trainer.train.step import StepRules, train_step
 
 MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # CUDA graphs: nothing to gain on a CPU
@@ -73,7 +73,7 @@ def batches_for(args: argparse.Namespace, model: str, device: torch.device):
         image_shape=[3, args.image_size, args.image_size],
     )
     data = build_data(
-        data_cfg, channels=channels, size=size, seed=0, pin_memory=False, device=device
+        data_cfg, channels=channels, size=size, seed=0, placement=Placement(device=device)
     )
     batches = list(itertools.islice(data.train, 4))  # on the device already
     return batches, data
@@ -107,7 +107,7 @@ def one_compile(
 
     def step() -> None:
         x, y = next(feed)
-        train_step(model, optimizer, scaler, x, y, device=device, dtype=dtype, grad_clip=None)
+        train_step(model, optimizer, scaler, x, y, StepRules(device, dtype))
 
     counters.clear()
     (first,) = timed_steps(step, 1, device)

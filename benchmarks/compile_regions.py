@@ -39,8 +39,8 @@ def one(args: argparse.Namespace, model_name: str, target: str) -> dict:
     import torch
 
     from trainer.compiling import apply_compile, compile_stats
-    from trainer.config import CompileConfig, ModelConfig
-    from trainer.models import build_model
+    from trainer.config.schema import CompileConfig, ModelConfig
+    from trainer.train.models import build_model
 
     torch.manual_seed(0)
     device = torch.device(args.device)

@@ -27,14 +27,14 @@ from hydra import compose, initialize_config_dir
 from benchmarks import destination
 from benchmarks.idx_files import write_mnist_format
 from benchmarks.overhead import model_overrides
-from trainer.config import DataConfig
-from trainer.data import plan_data
-from trainer.devices import sync
-from trainer.distributed import Dist
-from trainer.hydra_version import VERSION_BASE
-from trainer.layout import conf_dir
+from trainer.config.hydra_version import VERSION_BASE
+from trainer.config.paths import conf_dir
+from trainer.config.schema import DataConfig
+from trainer.data.plan import plan_data
+from trainer.hardware.devices import sync
+from trainer.hardware.distributed import Dist
+from trainer.preflight import validate
 from trainer.run import build_run_data, run
-from trainer.validation import validate
 
 PIPELINES = ("memory", "stream")
 

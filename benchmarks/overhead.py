@@ -24,17 +24,17 @@ import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 
 from benchmarks import destination
-from trainer import speed
-from trainer.config import TrainConfig
-from trainer.data import build_data
-from trainer.devices import resolve_precision
-from trainer.hydra_version import VERSION_BASE
-from trainer.layout import conf_dir
-from trainer.loop import sync
-from trainer.models import build_model, input_spec
-from trainer.optim import build_optimizer
+from trainer.config.hydra_version import VERSION_BASE
+from trainer.config.paths import conf_dir
+from trainer.config.schema import TrainConfig
+from trainer.data.plan import Placement, build_data
+from trainer.hardware.devices import resolve_precision
+from trainer.preflight import validate
 from trainer.run import run
-from trainer.validation import validate
+from trainer.train import speed
+from trainer.train.models import build_model, input_spec
+from trainer.train.optim import build_optimizer
+from trainer.train.step import sync
 
 TARGETS = {"cpu": 0.97, "cuda": 0.98}
 
@@ -94,7 +94,7 @@ def bare_samples_per_s(conf: TrainConfig, device: torch.device) -> float:
     speed.apply_backend_flags(tf32=t.tf32, cudnn_benchmark=t.cudnn_benchmark, device=device)
     channels, size = input_spec(conf.model)
     data = build_data(
-        conf.data, channels=channels, size=size, seed=t.seed, pin_memory=False, device=device
+        conf.data, channels=channels, size=size, seed=t.seed, placement=Placement(device=device)
     )
     in_ch, height, _ = data.sample_shape
     model = build_model(

@@ -46,8 +46,8 @@ import torch
 
 from benchmarks import destination, md_table
 from trainer.cache.entries import cache_files
-from trainer.hydra_version import VERSION_BASE
-from trainer.layout import SweepLayout
+from trainer.config.hydra_version import VERSION_BASE
+from trainer.outputs.layout import SweepLayout
 from trainer.sweep.agents.trial_start import ENV_SWITCH
 from trainer.sweep.store.database import SweepStore
 
@@ -326,14 +326,14 @@ def watcher_child(args: argparse.Namespace) -> None:
     import torch.nn.functional as F
     from hydra import compose, initialize_config_dir
 
-    from trainer import threads
     from trainer.cache import entries
     from trainer.compiling.apply import configure_cache
-    from trainer.data import build_data
-    from trainer.layout import conf_dir
-    from trainer.models import build_model, input_spec
-    from trainer.optim import build_optimizer
-    from trainer.validation import validate
+    from trainer.config.paths import conf_dir
+    from trainer.data.plan import build_data
+    from trainer.hardware import threads
+    from trainer.preflight import validate
+    from trainer.train.models import build_model, input_spec
+    from trainer.train.optim import build_optimizer
 
     overrides = [
         "model=small_cnn",
@@ -353,7 +353,7 @@ def watcher_child(args: argparse.Namespace) -> None:
         entries.start_watching(root or args.cache)
     torch.manual_seed(0)
     channels, size = input_spec(conf.model)
-    data = build_data(conf.data, channels=channels, size=size, seed=0, pin_memory=False)
+    data = build_data(conf.data, channels=channels, size=size, seed=0)
     in_ch, height, _ = data.sample_shape
     model = build_model(conf.model, num_classes=data.num_classes, in_channels=in_ch,
                         image_size=height)  # fmt: skip

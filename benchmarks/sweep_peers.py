@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from benchmarks import destination
-from trainer import cpu_share
+from trainer.sweep.agents import cpu_share
 
 ROOT = Path(__file__).resolve().parents[1]
 FULL = {"trials": 8, "epochs": 3, "rounds": 2}  # the search of the issue; fewer is a check

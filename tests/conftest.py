@@ -12,7 +12,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-from trainer.hydra_version import VERSION_BASE
+from trainer.config.hydra_version import VERSION_BASE
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"

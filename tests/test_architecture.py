@@ -1,6 +1,7 @@
-"""The shape of src/: which way imports point (training never imports the sweep side, the compile
-cache is a service training calls through one interface), no circle of imports, short
-functions, one error handler, and an `import trainer` that does nothing but define the package."""
+"""The shape of src/: which way imports point (the training rooms in one layer order, training
+never imports the sweep side but for the trial interface, the compile cache is a service training
+calls through one interface), no circle of imports, short functions with few parameters, one
+error handler, and an `import trainer` that does nothing but define the package."""
 
 from __future__ import annotations
 
@@ -19,10 +20,32 @@ SRC = ROOT.parent
 PORT = "trainer.sweep.search.wandb_sweeps"
 # The sweep side: the sweep package, its agent command and the Hydra sweeper plugin.
 SWEEP_SIDE = ("trainer.sweep", "trainer.agent", "hydra_plugins.wandb_sweeper")
+# What the training side may import of the sweep side: what an agent hands a trial (its argv and
+# the parameter file). Light modules that import nothing else of the sweep side.
+TRIAL_INTERFACE = ("trainer.sweep.trial.trial_argv", "trainer.sweep.trial.trial_params")
 # What the training side may import of the compile cache: the session a run opens and closes.
 CACHE_INTERFACE = ("trainer.cache.session", "trainer.cache.workload")
 # What the compile cache may import of the rest: the schemas, paths and the one error type.
-CACHE_NEEDS = ("trainer.config", "trainer.config_rules", "trainer.errors", "trainer.layout")
+CACHE_NEEDS = (
+    "trainer.config.schema",
+    "trainer.config.rules",
+    "trainer.errors",
+    "trainer.outputs.layout",
+)
+# The training rooms, lowest first: a module imports its own room and the rooms below it, never
+# one above, nor a loose module of trainer/ (`run.py`, `preflight.py`, ... sit above them all).
+LAYERS = (
+    "trainer.errors",
+    "trainer.config",
+    "trainer.hardware",
+    "trainer.data",
+    "trainer.outputs",
+    "trainer.train",
+)
+# Loose modules of trainer/ beside its packages: entry points, the preflight and the error type.
+MAX_LOOSE = 8
+# Functions that still take more than 8 parameters (qualified names); the list only shrinks.
+OVER_8_PENDING: set[str] = set()
 
 
 def _module_name(path: Path) -> str:
@@ -88,10 +111,11 @@ def test_the_rules_see_every_room():
     assert any(_is_training(m) for m in MODULES) and PORT in MODULES
 
 
-# The sweep side's rooms import one way, down this order: the store knows no other room, the
-# search engines read the store, the spec checks a definition with the engines' knowledge, and
+# The sweep side's rooms import one way, down this order: the trial interface (what an agent
+# hands a trial, read by training too) and the store know no other room, the search engines
+# read the store, the spec checks a definition with the engines' knowledge, and
 # the agents and the report use all three (and never each other).
-SWEEP_ROOMS = {"store": 0, "search": 1, "spec": 2, "agents": 3, "report": 3}
+SWEEP_ROOMS = {"trial": 0, "store": 0, "search": 1, "spec": 2, "agents": 3, "report": 3}
 
 
 def _sweep_room(module: str) -> str | None:
@@ -111,10 +135,75 @@ def test_sweep_rooms_import_one_way():
 
 
 def test_training_never_imports_the_sweep_side():
+    """...except the trial interface, which an agent and a trial share."""
     wrong = sorted(
-        f"{m} -> {t}" for m in MODULES if _is_training(m) for t in GRAPH[m] if _in(t, SWEEP_SIDE)
+        f"{m} -> {t}"
+        for m in MODULES
+        if _is_training(m)
+        for t in GRAPH[m]
+        if _in(t, SWEEP_SIDE) and t not in TRIAL_INTERFACE
     )
     assert wrong == []
+
+
+def test_the_trial_interface_is_light():
+    """The trial interface imports nothing else of the sweep side, and importing it loads no
+    other project module (it runs before Hydra starts, in every trial)."""
+    assert all(t in MODULES for t in TRIAL_INTERFACE)
+    wrong = sorted(
+        f"{m} -> {t}"
+        for m in TRIAL_INTERFACE
+        for t in GRAPH[m]
+        if _in(t, SWEEP_SIDE) and t not in TRIAL_INTERFACE
+    )
+    assert wrong == []
+    code = (
+        "import sys; "
+        + "; ".join(f"import {m}" for m in TRIAL_INTERFACE)
+        + "; print(sorted(m for m in sys.modules if m.startswith('trainer')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(eval(out.stdout))  # noqa: S307 (a list of names printed above)
+    packages = {"trainer", "trainer.sweep", "trainer.sweep.trial"}
+    assert loaded == packages | set(TRIAL_INTERFACE)
+
+
+def _layer(module: str) -> int | None:
+    for i, room in enumerate(LAYERS):
+        if _in(module, (room,)):
+            return i
+    return None
+
+
+def _loose(module: str) -> bool:
+    """A module of trainer/ itself (not of one of its packages), `trainer` aside."""
+    path = MODULES[module]
+    return path.parent == ROOT and path.name != "__init__.py"
+
+
+def test_the_training_rooms_import_downward_only():
+    wrong = []
+    for m in MODULES:
+        here = _layer(m)
+        if here is None:
+            continue
+        for t in GRAPH[m]:
+            there = _layer(t)
+            if (there is not None and there > here) or (there is None and _loose(t)):
+                wrong.append(f"{m} -> {t}")
+    assert sorted(wrong) == []
+
+
+def test_the_layers_name_every_training_room():
+    rooms = {
+        m.split(".")[1] for m in MODULES if m.count(".") >= 2 and MODULES[m].parent.parent == ROOT
+    }
+    assert rooms - {"sweep", "cache", "compiling"} == {r.split(".")[1] for r in LAYERS[1:]}
+
+
+def test_trainer_keeps_few_loose_modules():
+    loose = sorted(m for m in MODULES if m.startswith("trainer.") and _loose(m))
+    assert len(loose) <= MAX_LOOSE, loose
 
 
 def test_training_reaches_the_cache_through_its_interface_only():
@@ -195,6 +284,42 @@ def test_no_function_over_60_lines():
         if n > 60
     ]
     assert long_functions == []
+
+
+def _parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Parameters a caller can pass (`self`/`cls` aside; `*args` and `**kwargs` count one each)."""
+    a = fn.args
+    names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
+    if names and names[0] in ("self", "cls"):
+        names = names[1:]
+    return len(names) + (a.vararg is not None) + (a.kwarg is not None)
+
+
+def _qualified(tree: ast.AST, prefix: str = ""):
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.ClassDef):
+            yield from _qualified(node, f"{prefix}{node.name}.")
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield f"{prefix}{node.name}", node
+            yield from _qualified(node, f"{prefix}{node.name}.")
+        else:
+            yield from _qualified(node, prefix)
+
+
+def _over_8() -> set[str]:
+    return {
+        f"{m}.{name}"
+        for m, path in MODULES.items()
+        if not _in(m, (PORT,))
+        for name, fn in _qualified(ast.parse(path.read_text()))
+        if _parameters(fn) > 8
+    }
+
+
+def test_no_function_takes_more_than_8_parameters():
+    """Parameters that travel together are a frozen dataclass; the pending list only shrinks."""
+    assert _over_8() - OVER_8_PENDING == set()
+    assert OVER_8_PENDING - _over_8() == set(), "done: drop it from OVER_8_PENDING"
 
 
 def test_run_reads_in_one_screen():

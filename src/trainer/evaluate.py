@@ -14,11 +14,12 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from trainer.config import ConfigError, EvalConfig, TrainConfig
+from trainer.config.hydra_version import VERSION_BASE
+from trainer.config.paths import conf_dir
+from trainer.config.schema import ConfigError, EvalConfig, TrainConfig
 from trainer.errors import exit_on_error
-from trainer.hydra_version import VERSION_BASE
-from trainer.layout import conf_dir, write_text_atomic
-from trainer.validation import validate
+from trainer.outputs.layout import write_text_atomic
+from trainer.preflight import validate
 
 REPORT = "evaluation.json"  # in the evaluation's run directory
 
@@ -49,7 +50,7 @@ def _run_config(cfg: DictConfig, stored: dict[str, Any], ev: EvalConfig) -> Trai
 
 def _load(cfg: DictConfig) -> tuple[str, EvalConfig, dict[str, Any], TrainConfig]:
     """The checkpoint (loaded with weights_only=True), the eval section and the run config."""
-    from trainer import checkpoint as ckpt
+    from trainer.train import checkpoint as ckpt
 
     if OmegaConf.is_missing(cfg, "checkpoint") or not cfg.checkpoint:
         raise ConfigError(
@@ -71,14 +72,18 @@ def _build(conf: TrainConfig, state: dict[str, Any], source: str, device: Any):
     """The validation data and the checkpoint's model on `device`, in eval mode."""
     import torch
 
-    from trainer import checkpoint as ckpt
-    from trainer import speed
-    from trainer.data import build_data
-    from trainer.models import build_model, input_spec
+    from trainer.data.plan import Placement, build_data
+    from trainer.train import checkpoint as ckpt
+    from trainer.train import speed
+    from trainer.train.models import build_model, input_spec
 
     channels, size = input_spec(conf.model)
     data = build_data(
-        conf.data, channels=channels, size=size, seed=0, pin_memory=True, device=device
+        conf.data,
+        channels=channels,
+        size=size,
+        seed=0,
+        placement=Placement(device=device, pin_memory=True),
     )
     if data.num_classes != state["num_classes"]:
         raise ConfigError(
@@ -101,10 +106,10 @@ def _build(conf: TrainConfig, state: dict[str, Any], source: str, device: Any):
 
 def measure_latency(model, batches: list, *, device, dtype, warmup: int, steps: int):
     """(first call s, tensor of `steps` steady call seconds) of forward passes over `batches`,
-    each under no_grad and autocast (the graph loop.evaluate runs), bracketed by syncs."""
+    each under no_grad and autocast (the graph step.evaluate runs), bracketed by syncs."""
     import torch
 
-    from trainer.loop import autocast, sync
+    from trainer.train.step import autocast, sync
 
     feed = itertools.cycle(batches)
 
@@ -125,10 +130,12 @@ def measure_latency(model, batches: list, *, device, dtype, warmup: int, steps: 
 
 def evaluate_checkpoint(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, Any]:
     """Evaluate `cfg.checkpoint` as `cfg` says; return (and write) the report."""
-    from trainer import compiling, devices, speed
-    from trainer.console import print_evaluation
-    from trainer.loop import evaluate, pad_batch
+    from trainer import compiling
+    from trainer.hardware import devices
+    from trainer.outputs.console import print_evaluation
     from trainer.run import resolve_run_dir
+    from trainer.train import speed
+    from trainer.train.step import evaluate, pad_batch
 
     source, ev, state, conf = _load(cfg)
     out = resolve_run_dir(run_dir)
@@ -199,13 +206,13 @@ def main(cfg: DictConfig) -> None:
 
 @exit_on_error
 def _check_overrides(argv: list[str]) -> None:
-    from trainer.overrides import EVALUATE, check_overrides
+    from trainer.config.overrides import EVALUATE, check_overrides
 
     check_overrides(argv, EVALUATE)  # a typo'd key or group option: our paragraph, not Hydra's
 
 
 if __name__ == "__main__":
-    from trainer.paths import expand_path_argv
+    from trainer.config.paths import expand_path_argv
 
     sys.argv = expand_path_argv(sys.argv)  # `~`, `$HOME` in checkpoint= and the path keys
     _check_overrides(sys.argv)

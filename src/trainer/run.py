@@ -7,7 +7,6 @@ import functools
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,25 +14,27 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from trainer import compiling, devices, distributed, speed, threads
+from trainer import compiling
 from trainer.cache.session import close_session, open_session
 from trainer.cache.workload import label as workload_label
-from trainer.checkpoint import TrainState
 from trainer.compiling import trace
 from trainer.compiling.auto import StepRecipe, maybe_decide, planned_steps
 from trainer.compiling.warm import warm_only
-from trainer.config import ConfigError, TrainConfig, TrainerConfig, flatten
-from trainer.console import print_summary
-from trainer.data import DataBundle, DataPlan, build_data, plan_data
-from trainer.ema import maybe_average
-from trainer.fit import Interrupted, Job, finish, fit
-from trainer.layout import RunLayout
-from trainer.loop import Progress
-from trainer.models import build_model, input_spec
-from trainer.optim import build_optimizer, build_scheduler
-from trainer.summary import RunSummary
-from trainer.tracking import Tracker, start_tracker
-from trainer.validation import validate
+from trainer.config.schema import ConfigError, TrainConfig, flatten
+from trainer.data.plan import DataBundle, DataPlan, Placement, build_data, plan_data
+from trainer.hardware import devices, distributed, threads
+from trainer.outputs.console import print_summary
+from trainer.outputs.layout import RunLayout
+from trainer.outputs.tracking import Tracker, start_tracker
+from trainer.preflight import validate
+from trainer.train import speed
+from trainer.train.checkpoint import TrainState
+from trainer.train.ema import maybe_average
+from trainer.train.fit import FitPlan, Interrupted, finish, fit
+from trainer.train.models import build_model, input_spec
+from trainer.train.optim import build_optimizer, build_scheduler
+from trainer.train.resume import Resumed, restore
+from trainer.train.step import Progress
 
 __all__ = ["Interrupted", "resolve_run_dir", "run"]
 
@@ -69,7 +70,7 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
     train_model = distributed.wrap(state.model, ctx)  # compiled in place, then wrapped
 
     tracker = open_tracker(conf, state.config, cfg, layout, ctx.is_main, resumed)
-    job = Job(
+    fit_plan = FitPlan(
         state=state,
         train_model=train_model,
         data=data,
@@ -87,8 +88,8 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
         close_cache=close_cache,
     )
     try:
-        fit(job)
-        summary = finish(job)
+        fit(fit_plan)
+        summary = finish(fit_plan)
     except BaseException as err:
         tracker.finish(exit_code=1)
         compiling.raise_if_limit_error(err)
@@ -132,10 +133,12 @@ def build_run_data(
         channels=channels,
         size=size,
         seed=conf.trainer.seed,
-        pin_memory=device.type == "cuda",
-        rank=ctx.rank,
-        world_size=ctx.world_size,
-        device=device,
+        placement=Placement(
+            device=device,
+            rank=ctx.rank,
+            world_size=ctx.world_size,
+            pin_memory=device.type == "cuda",
+        ),
         plan=plan,
     )
 
@@ -214,7 +217,7 @@ def open_tracker(
 
 
 def resolve_run_dir(explicit: str | Path | None) -> Path:
-    """`explicit`, else Hydra's run directory of this job."""
+    """`explicit`, else Hydra's run directory of this fit_plan."""
     if explicit is not None:
         return Path(explicit)
     from hydra.core.hydra_config import HydraConfig
@@ -235,69 +238,3 @@ def _choices(cfg: DictConfig) -> dict[str, Any]:
     else:
         return {}
     return {k: v for k, v in choices.items() if not k.startswith("hydra")}
-
-
-def resume_path(resume: str | None, layout: RunLayout) -> Path | None:
-    """The checkpoint trainer.resume names: auto is this run directory's last.pt, if any."""
-    if resume is None:
-        return None
-    if resume == "auto":
-        if layout.last.is_file():
-            return layout.last
-        log.info("trainer.resume=auto: no %s yet, starting from scratch", layout.last)
-        return None
-    return Path(resume).expanduser()
-
-
-@dataclass
-class Resumed:
-    """What trainer.resume restored: the checkpoint, whether its run already trained its whole
-    budget (`done`), and the interrupted run's W&B run id to continue."""
-
-    path: Path
-    auto: bool
-    trainer: TrainerConfig
-    done: bool
-    wandb_id: str | None
-
-    def already_done(self, progress: Progress) -> dict[str, Any]:
-        """A finished run resumed: nothing to train. trainer.resume=auto (the same command run
-        again) returns its last metrics; a checkpoint named explicitly is a ConfigError that
-        says how to train further."""
-        t = self.trainer
-        if t.max_steps is not None and progress.step >= t.max_steps:
-            where = f"step {progress.step} of trainer.max_steps={t.max_steps}"
-            more = f"trainer.max_steps={progress.step + 100}"
-        else:
-            where = f"epoch {progress.epoch} of trainer.max_epochs={t.max_epochs}"
-            more = f"trainer.max_epochs={progress.epoch + 10}"
-        how = (
-            f"nothing is left to train. To train further, resume with a larger budget, e.g. "
-            f"trainer.resume={self.path} {more}; to measure it, python -m trainer.evaluate "
-            f"checkpoint={self.path}"
-        )
-        if not self.auto:
-            raise ConfigError(f"trainer.resume={self.path}: that run is already at {where}; {how}.")
-        print(f"trainer.resume=auto: this run is already at {where}; {how}.", flush=True)
-        last = progress.history[-1] if progress.history else {}
-        return {**last, "best": progress.best}
-
-
-def restore(
-    state: TrainState, t: TrainerConfig, layout: RunLayout, *, is_main: bool
-) -> Resumed | None:
-    """Load the checkpoint trainer.resume names into `state`; None when there is none."""
-    path = resume_path(t.resume, layout)
-    if path is None:
-        return None
-    state.restore(path, is_main=is_main)
-    p = state.progress
-    done = p.epoch >= t.max_epochs or (t.max_steps is not None and p.step >= t.max_steps)
-    return Resumed(path, t.resume == "auto", t, done, _wandb_id(path))
-
-
-def _wandb_id(checkpoint: Path) -> str | None:
-    """The W&B run id of the run that wrote `checkpoint` (its summary.json, beside checkpoints/)."""
-    summary = checkpoint.parent.parent / "summary.json"
-    doc = RunSummary.read(summary) if summary.is_file() else None
-    return ((doc or {}).get("paths") or {}).get("wandb_run_id")

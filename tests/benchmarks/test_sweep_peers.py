@@ -9,7 +9,7 @@ import json
 import pytest
 
 from benchmarks import destination, sweep_peers
-from trainer import cpu_share
+from trainer.sweep.agents import cpu_share
 
 
 @pytest.mark.slow

@@ -21,10 +21,10 @@ from trainer.cache.bundle import Bundle
 from trainer.cache.key import differences, key_id, machine_key
 from trainer.cache.workload import workload, workload_id
 from trainer.compiling import configure_cache
-from trainer.config import ConfigError
-from trainer.layout import BundleLayout, RunLayout, SweepLayout
+from trainer.config.schema import ConfigError
+from trainer.outputs.layout import BundleLayout, RunLayout, SweepLayout
+from trainer.preflight import validate
 from trainer.sweep import prewarm
-from trainer.validation import validate
 
 FX = "inductor/fxgraph/ab/fabcdefghijklmnopqrstuvwxyz0123/entry"
 KERNEL = "inductor/qk/cqkde7c7iae2dnmmtmcsi3vzddvqqdojna6fp.main.so"

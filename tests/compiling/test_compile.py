@@ -13,9 +13,9 @@ from torch import nn
 
 from tests.conftest import make_cfg
 from trainer import compiling
-from trainer.config import CompileConfig, ConfigError
-from trainer.models import SmallCNN
-from trainer.validation import validate
+from trainer.config.schema import CompileConfig, ConfigError
+from trainer.preflight import validate
+from trainer.train.models import SmallCNN
 
 
 @pytest.fixture(autouse=True)
@@ -318,12 +318,13 @@ def test_auto_times_the_training_step_with_its_precision_and_clipping(monkeypatc
     from torch.utils.data import DataLoader, TensorDataset
 
     from trainer.compiling import auto as compile_auto
-    from trainer.loop import train_step
+    from trainer.train.step import train_step
 
     calls = []
 
     def recording_step(*args, **kwargs):
-        calls.append((kwargs["dtype"], kwargs["grad_clip"], args[2].is_enabled()))
+        rules = args[5]
+        calls.append((rules.dtype, rules.grad_clip, args[2].is_enabled()))
         return train_step(*args, **kwargs)
 
     monkeypatch.setattr(compile_auto, "train_step", recording_step)

@@ -13,7 +13,7 @@ from torch import nn
 
 from trainer import compiling
 from trainer.compiling import CompileError
-from trainer.config import CompileConfig
+from trainer.config.schema import CompileConfig
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,7 @@ import torch
 import torchvision
 
 from trainer import compiling
-from trainer.config import CompileConfig
+from trainer.config.schema import CompileConfig
 
 pytestmark = pytest.mark.slow  # every test here starts processes or compiles
 

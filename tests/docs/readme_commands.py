@@ -144,12 +144,15 @@ _MODULE = re.compile(r"`(trainer(?:\.\w+)+)|python -m ((?:trainer|benchmarks|tes
 # Folders of the checkout a path may start with; anything else (`checkpoints/last.pt`,
 # `logs/optimizer.log`) names a file of a run or sweep directory, not of the project.
 CHECKOUT = ("src", "tests", "conf", "benchmarks", "docs", ".ci")
+# Folders of src/ whose names a page also uses for something else: the metric keys of the
+# training split (`train/loss`) and the default output folder (`outputs/sweeps/...`).
+NOT_A_FOLDER = ("train", "outputs")
 
 
 def source_paths(path: Path) -> list[tuple[int, str]]:
     """(line, name) of every project file, folder or module a page names in backticks or
     `python -m`: `src/trainer/run.py`, `sweep/spec/`, `translate.py`, `trainer.sweep.search`."""
-    src_dirs = {p.name for p in (ROOT / "src").rglob("*") if p.is_dir()}
+    src_dirs = {p.name for p in (ROOT / "src").rglob("*") if p.is_dir()} - set(NOT_A_FOLDER)
     found = []
     for number, raw in enumerate(path.read_text().splitlines(), 1):
         for name in _PATH.findall(raw):

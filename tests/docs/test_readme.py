@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.hydra_version import VERSION_BASE
+from trainer.config.hydra_version import VERSION_BASE
 
 from .readme_commands import DOCS, ROOT, Shell, all_commands, anchors, links, pages, source_paths
 
@@ -63,7 +63,7 @@ COMMANDS: dict[str, Run | NotRun] = {
     ),
     "python -m trainer optimizer=adamw optimizer.lr=3e-4 scheduler=cosine": Run("overrides"),
     "python -m trainer trainer.precision=bf16-mixed": NotRun(
-        "bf16 mixed precision is for a GPU: tests/train/test_cli.py::test_bf16_where_the_device_cannot"
+        "bf16 mixed precision is for a GPU: tests/test_cli.py::test_bf16_where_the_device_cannot"
     ),
     "python -m trainer trainer.num_threads=4": Run("overrides"),
     "python -m trainer data=fake data.augment=strong trainer.label_smoothing=0.1 "
@@ -97,9 +97,12 @@ COMMANDS: dict[str, Run | NotRun] = {
     "python -m trainer sweep=lr_bayes": Run("sweeps", TRIAL),
     "torchrun --nproc_per_node=2 -m trainer trainer.strategy=ddp": NotRun(
         "this torchrun on 2 CPU processes (Gloo): "
-        "tests/train/test_ddp.py::test_ddp_matches_single_writes_once_and_resumes_single"
+        "tests/hardware/test_ddp.py::test_ddp_matches_single_writes_once_and_resumes_single"
     ),
     "python -m trainer sweep=lr_random hydra.sweeper.dry_run=true": Run("sweeps", ""),
+    "python -m trainer -m hydra/sweeper=wandb hydra.sweeper.dry_run=true "
+    "'hydra.sweeper.parameters={optimizer.lr: {distribution: log_uniform_values, min: 0.001, "
+    "max: 0.5}}'": Run("sweeps", ""),
     "python -m trainer -m hydra/sweeper=wandb hydra.sweeper.method=grid "
     "hydra.sweeper.metric.name=val/acc hydra.sweeper.metric.goal=maximize "
     "'optimizer.lr=0.01,0.1' 'model=small_cnn,resnet18' compile=off": Run(
@@ -643,8 +646,8 @@ class _Breaks(__import__("torch").nn.Module):
 
 def _refused(override: str, *names: str, also: tuple[str, ...] = ()) -> None:
     from tests.conftest import make_cfg
-    from trainer.config import ConfigError
-    from trainer.validation import validate
+    from trainer.config.schema import ConfigError
+    from trainer.preflight import validate
 
     with pytest.raises(ConfigError) as err:
         validate(make_cfg(*also, override))
@@ -662,7 +665,7 @@ def dynamo():
 
 
 def _cc(**kw):
-    from trainer.config import CompileConfig
+    from trainer.config.schema import CompileConfig
 
     return CompileConfig(**{"backend": "eager", **kw})
 
@@ -670,7 +673,7 @@ def _cc(**kw):
 def _row_disable(c, tmp_path, capsys):
     assert not c.is_compiled(c.apply_compile(_tiny(), compile_config=_cc(disable=True)))
     from tests.conftest import make_cfg
-    from trainer.validation import validate
+    from trainer.preflight import validate
 
     assert validate(make_cfg("compile=off")).compile.disable
 
@@ -724,7 +727,7 @@ def _row_dynamic(c, tmp_path, capsys):
 def _row_fullgraph(c, tmp_path, capsys):
     import torch
 
-    from trainer.config import ConfigError
+    from trainer.config.schema import ConfigError
 
     with pytest.raises(ConfigError, match=r"graph break.*test_readme\.py:\d+"):
         c.apply_compile(_Breaks(), compile_config=_cc(fullgraph=True), example=torch.randn(2, 4))
@@ -732,7 +735,7 @@ def _row_fullgraph(c, tmp_path, capsys):
 
 def _row_options(c, tmp_path, capsys):
     from tests.conftest import make_cfg
-    from trainer.validation import validate
+    from trainer.preflight import validate
 
     validate(make_cfg("compile.options={epilogue_fusion: true}"))
     _refused(
@@ -747,7 +750,7 @@ def _row_target(c, tmp_path, capsys):
     import torch
     import torchvision
 
-    from trainer.models import SmallCNN
+    from trainer.train.models import SmallCNN
 
     assert c.is_compiled(
         c.apply_compile(SmallCNN(1, 10, width=4), compile_config=_cc(target="blocks"))
@@ -836,7 +839,7 @@ def _row_warm_only(c, tmp_path, capsys):
 
 def _row_auto(c, tmp_path, capsys):
     from tests.conftest import make_cfg
-    from trainer.validation import validate
+    from trainer.preflight import validate
 
     conf = validate(make_cfg("compile=auto"))
     assert conf.compile.auto and conf.compile.auto_steps == 5
@@ -903,11 +906,11 @@ def _module_exists(dotted: str) -> bool:
 
 
 def _names_a_module(dotted: str) -> bool:
-    """`trainer.sweep.search` (a module) or `trainer.validation.validate` (one name it defines);
+    """`trainer.sweep.search` (a module) or `trainer.preflight.validate` (one name it defines);
     `trainer.max_epochs` is a key of the `trainer` config group, not a module, and passes."""
     from dataclasses import fields
 
-    from trainer.config import TrainerConfig
+    from trainer.config.schema import TrainerConfig
 
     parts = dotted.split(".")
     if len(parts) == 2 and parts[1] in {f.name for f in fields(TrainerConfig)}:
@@ -933,7 +936,7 @@ def _names_a_module(dotted: str) -> bool:
 
 def test_every_file_folder_and_module_a_page_names_exists():
     """After the source tree moves, no page names a module path that is gone: `sweep/spec/`,
-    `translate.py`, `src/trainer/config.py`, `trainer.sweep.search.wandb_sweeps`."""
+    `translate.py`, `src/trainer/config/schema.py`, `trainer.sweep.search.wandb_sweeps`."""
     paths = _project_paths()
     wrong = []
     for page in pages():
@@ -970,7 +973,7 @@ def test_a_group_file_of_ones_own_inherits_the_schema(tmp_path):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from trainer.validation import validate
+    from trainer.preflight import validate
 
     text = (ROOT / "README.md").read_text()
     block = re.search(r"```yaml\n(defaults:\n  - /model_schema@_here_\n.*?)```", text, re.S)

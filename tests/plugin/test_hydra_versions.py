@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import ROOT, make_cfg, run_cli
 from trainer.__main__ import sweep_as_multirun
-from trainer.hydra_version import VERSION_BASE, _release
+from trainer.config.hydra_version import VERSION_BASE, _release
 
 WARNED = ("Warning:", "version_base", "deprecated")  # what a warning line on a terminal holds
 

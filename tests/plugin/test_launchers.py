@@ -16,8 +16,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from tests.conftest import run_cli
-from trainer import cpu_share
-from trainer.sweep.agents import launched
+from trainer.sweep.agents import cpu_share, launched
 from trainer.sweep.agents.launched import AgentJob
 
 TINY = ["compile=off", "logger=none", "trainer.max_epochs=1", "trainer.max_steps=3"]

@@ -13,8 +13,8 @@ from omegaconf import OmegaConf
 
 from hydra_plugins.wandb_sweeper.config import WandbSweeperConf
 from tests.conftest import make_cfg
-from trainer.config_rules import ConfigError
-from trainer.overrides import check_overrides
+from trainer.config.overrides import check_overrides
+from trainer.config.rules import ConfigError
 from trainer.sweep.options import AgentHooks, SweepOptions
 from trainer.sweep.spec.translate import build_sweep_config
 

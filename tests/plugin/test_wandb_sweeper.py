@@ -13,7 +13,7 @@ from hydra.plugins.sweeper import Sweeper
 from omegaconf import OmegaConf
 
 from tests.conftest import CONF, make_cfg, run_cli
-from trainer.config import flatten
+from trainer.config.schema import flatten
 from trainer.sweep.spec.problems import sweep_problems
 from trainer.sweep.spec.translate import build_sweep_config, run_count
 

@@ -154,7 +154,7 @@ def test_leaderboard_stays_readable_at_80_columns():
 
 
 def test_results_and_best_yaml_are_written_atomically(tmp_path, monkeypatch):
-    from trainer.layout import SweepLayout
+    from trainer.outputs.layout import SweepLayout
     from trainer.sweep.store.database import SweepStore
 
     layout = SweepLayout(tmp_path)

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from tests.train.test_loop import _loader, _train_objects
-from trainer import checkpoint as ckpt
-from trainer.config import ConfigError, SchedulerConfig
-from trainer.layout import RunLayout
-from trainer.loop import GracefulStop, Progress, train_epoch
-from trainer.optim import build_scheduler
+from tests.train.test_step import _loader, _train_objects
+from trainer.config.schema import ConfigError, SchedulerConfig
+from trainer.outputs.layout import RunLayout
+from trainer.train import checkpoint as ckpt
+from trainer.train.optim import build_scheduler
+from trainer.train.step import EpochControl, GracefulStop, Progress, StepRules, train_epoch
 
 CPU = torch.device("cpu")
 
@@ -46,8 +46,8 @@ def test_train_state_saves_and_restores_every_part(tmp_path):
     saved = _state(0)
     train_epoch(
         saved.model, _loader(), saved.optimizer, saved.scaler, progress=saved.progress,
-        device=CPU, dtype=None, grad_clip=None, max_steps=None, stop=GracefulStop(),
-        time_first_step=False,
+        rules=StepRules(CPU),
+        control=EpochControl(max_steps=None, stop=GracefulStop(), time_first_step=False),
     )  # fmt: skip
     saved.scheduler.step()
     saved.progress.epoch, saved.progress.best = 1, 0.5
@@ -85,7 +85,7 @@ def test_old_checkpoints_resume_with_a_warning_but_nowhere_else(tmp_path, caplog
     _legacy_checkpoint(path, _state())
     with pytest.raises(pickle.UnpicklingError):
         torch.load(path)
-    with caplog.at_level(logging.WARNING, logger="trainer.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="trainer.train.checkpoint"):
         _state(1).restore(path)
     assert "older release" in caplog.text and "weights_only=False" in caplog.text
     with pytest.raises(ConfigError, match=r"checkpoint=.*older release.*trainer.resume="):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer import checkpoint
-from trainer.config import ConfigError
+from trainer.config.schema import ConfigError
+from trainer.train import checkpoint
 
 
 @pytest.mark.parametrize(

@@ -12,13 +12,14 @@ import torch
 import torchvision
 
 from tests.conftest import run_cli
-from trainer import fit, loop, speed
-from trainer.config import DataConfig, OptimizerConfig
-from trainer.data import build_data
-from trainer.devices import grad_scaler
-from trainer.ema import WeightAverage
-from trainer.optim import build_optimizer
+from trainer.config.schema import DataConfig, OptimizerConfig
+from trainer.data.plan import Placement, build_data
+from trainer.hardware.devices import grad_scaler
 from trainer.run import run
+from trainer.train import fit, speed
+from trainer.train import step as loop
+from trainer.train.ema import WeightAverage
+from trainer.train.optim import build_optimizer
 
 pytestmark = pytest.mark.gpu
 CUDA = ["logger=none", "trainer.device=cuda"]
@@ -100,7 +101,9 @@ def test_resident_pipeline_lives_on_the_gpu_and_a_step_never_syncs():
     device = torch.device("cuda")
     speed.apply_backend_flags(tf32=True, cudnn_benchmark=True, device=device)
     cfg = DataConfig(name="fake", num_samples=512, image_shape=[3, 32, 32], augment="standard")
-    data = build_data(cfg, channels=3, size=32, seed=0, pin_memory=True, device=device)
+    data = build_data(
+        cfg, channels=3, size=32, seed=0, placement=Placement(device=device, pin_memory=True)
+    )
     assert data.train.images.is_cuda and data.train.images.dtype == torch.uint8
     model = torchvision.models.resnet18(num_classes=10).to(device)
     assert speed.maybe_channels_last(model, "auto", device)
@@ -109,10 +112,8 @@ def test_resident_pipeline_lives_on_the_gpu_and_a_step_never_syncs():
     ema, sums = WeightAverage(model, 0.999), loop._RunningSums({}, device)
 
     def step(x, y):
-        return loop.train_step(
-            model, optimizer, scaler, x, y, device=device, dtype=torch.bfloat16, grad_clip=1.0,
-            label_smoothing=0.1,
-        )  # fmt: skip
+        rules = loop.StepRules(device, torch.bfloat16, grad_clip=1.0, label_smoothing=0.1)
+        return loop.train_step(model, optimizer, scaler, x, y, rules)
 
     data.set_epoch(0)
     batches = data.train.iterate(0)
@@ -135,7 +136,7 @@ def test_resident_pipeline_lives_on_the_gpu_and_a_step_never_syncs():
 def test_ddp_on_two_gpus_matches_one(cfg_factory, tmp_path):
     if torch.cuda.device_count() < 2:
         pytest.skip("needs two CUDA devices")
-    from tests.train.test_ddp import assert_close, torchrun
+    from tests.hardware.test_ddp import assert_close, torchrun
 
     args = ["compile=off", "logger=none", "trainer.max_epochs=2", "data.batch_size=128"]
     single = run(cfg_factory(*args, "trainer.device=cuda"), run_dir=tmp_path / "one")

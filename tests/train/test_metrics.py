@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.metrics import EPOCH_METRICS, Timing, epoch_row
+from trainer.config.schema import EPOCH_METRICS
+from trainer.train.metrics import Timing, epoch_row
 
 CPU = torch.device("cpu")
 

@@ -6,15 +6,15 @@ import pytest
 import torch
 import torchvision
 
-from trainer.config import ConfigError, ModelConfig
-from trainer.models import build_model, check_name, input_spec
+from trainer.config.schema import ConfigError, ModelConfig
+from trainer.train.models import build_model, check_name, input_spec
 
 
 @pytest.mark.parametrize(
     "name", ["small_cnn", "resnet18", "mobilenet_v3_small", "vit_tiny", "resnet50"]
 )
 def test_builds_and_runs(name, cfg_factory):
-    from trainer.validation import validate
+    from trainer.preflight import validate
 
     conf = validate(cfg_factory(f"model={name}")).model
     channels, size = input_spec(conf)

@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from trainer.config import OptimizerConfig, SchedulerConfig
-from trainer.optim import WarmupCosine, build_optimizer, build_scheduler
+from trainer.config.schema import OptimizerConfig, SchedulerConfig
+from trainer.train.optim import WarmupCosine, build_optimizer, build_scheduler
 
 CPU = torch.device("cpu")
 

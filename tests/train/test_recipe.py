@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from tests.conftest import FAST
-from trainer import loop
-from trainer.fit import Interrupted
-from trainer.hydra_version import VERSION_BASE
-from trainer.models import SmallCNN
+from trainer.config.hydra_version import VERSION_BASE
 from trainer.run import run
+from trainer.train import step as loop
+from trainer.train.fit import Interrupted
+from trainer.train.models import SmallCNN
 
 RECIPE = [
     *FAST,
@@ -117,9 +117,7 @@ def test_label_smoothing_smooths_the_training_loss_only():
         logits = model(x)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
     scaler = torch.amp.GradScaler("cpu", enabled=False)
-    loss, _ = loop.train_step(
-        model, optimizer, scaler, x, y, device=torch.device("cpu"), dtype=None, grad_clip=None,
-        label_smoothing=0.2,
-    )  # fmt: skip
+    rules = loop.StepRules(torch.device("cpu"), label_smoothing=0.2)
+    loss, _ = loop.train_step(model, optimizer, scaler, x, y, rules)
     expected = torch.nn.functional.cross_entropy(logits, y, label_smoothing=0.2)
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5)

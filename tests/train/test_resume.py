@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FAST, run_cli
-from tests.train.test_cli import _wait_for
-from trainer.config import ConfigError
+from tests.test_cli import _wait_for
+from trainer.config.schema import ConfigError
 from trainer.run import run
 
 # ~360 steps per epoch; on the CPU, also on a GPU host (bit-exact resume)
@@ -90,8 +90,8 @@ def test_resume_auto_of_a_finished_run_trains_nothing_and_exits_0(cfg_factory, t
 
 
 def test_summary_paths_name_only_written_checkpoints(tmp_path):
-    from trainer.layout import RunLayout
-    from trainer.summary import run_paths
+    from trainer.outputs.layout import RunLayout
+    from trainer.outputs.summary import run_paths
 
     layout = RunLayout(tmp_path)
     paths = run_paths(layout, wandb_run_dir=None, wandb_run_id=None)

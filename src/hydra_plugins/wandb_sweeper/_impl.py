@@ -12,11 +12,12 @@ from hydra.types import HydraContext, RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from trainer import cpu_share
-from trainer.config import ConfigError, flatten
+from trainer.config.paths import conf_dir
+from trainer.config.schema import ConfigError, flatten
 from trainer.errors import TrainerError, exit_on_error
-from trainer.layout import SweepLayout, conf_dir, default_output_root
-from trainer.sweep.agents import gpu_slots
+from trainer.outputs.layout import SweepLayout, default_output_root
+from trainer.preflight import validate
+from trainer.sweep.agents import cpu_share, gpu_slots
 from trainer.sweep.agents.launched import BASIC, LauncherJobs, launcher_name, launcher_problem
 from trainer.sweep.agents.outcome import agent_failure
 from trainer.sweep.options import AgentHooks, SweepOptions
@@ -31,7 +32,6 @@ from trainer.sweep.spec.translate import (
     spelling_problems,
 )
 from trainer.sweep.store.directory import write_sweep_yaml
-from trainer.validation import validate
 
 
 def config_keys(config: DictConfig) -> list[str]:
@@ -98,7 +98,7 @@ def agent_jobs(config: DictConfig, hydra_context: HydraContext) -> LauncherJobs 
 
 def runner_problems(options: SweepOptions) -> list[str]:
     """Problems of how the sweep is run: backend, agents, count, retries and CPUs per trial."""
-    return options.problems() + cpu_share.sweep_problems({"cpus_per_trial": options.cpus_per_trial})
+    return options.problems() + cpu_share.cpus_per_trial_problems(options.cpus_per_trial)
 
 
 def _first_values(sweep_config: dict[str, Any]) -> dict[str, Any]:
@@ -146,7 +146,7 @@ def trial_config_problems(
     hydra_context: HydraContext,
     gpus_per_trial: int = 1,
 ) -> list[str]:
-    """What trainer.validation.validate finds in the trials' fully composed fixed config, and a
+    """What trainer.preflight.validate finds in the trials' fully composed fixed config, and a
     global batch that the processes of a multi-GPU trial cannot split evenly."""
     try:
         trial = trial_config(sweep_config, config, hydra_context)

@@ -9,7 +9,7 @@ from hydra.core.config_store import ConfigStore
 @dataclass
 class MetricConf:
     # The W&B sweep metric; unset keys stay out of the sweep (no name: a sweep without a metric).
-    name: Optional[str] = None  # noqa: UP045  one of trainer.metrics.EPOCH_METRICS, e.g. val/acc
+    name: Optional[str] = None  # noqa: UP045  one of trainer.config.schema.EPOCH_METRICS, e.g. val/acc
     goal: Optional[str] = None  # noqa: UP045  minimize (W&B's default) | maximize
     target: Optional[float] = None  # noqa: UP045  the sweep ends once a run reaches this value
     impute: Optional[str] = None  # noqa: UP045  bayes: value of failed runs (latest | best | worst)

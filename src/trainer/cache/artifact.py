@@ -12,8 +12,8 @@ from typing import Any
 
 from trainer.cache.bundle import Bundle
 from trainer.cache.key import describe
-from trainer.config import LoggerConfig
-from trainer.layout import BundleLayout
+from trainer.config.schema import LoggerConfig
+from trainer.outputs.layout import BundleLayout
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from trainer.cache.entries import cache_files
 from trainer.cache.key import key_id
-from trainer.layout import BundleLayout, write_text_atomic
+from trainer.outputs.layout import BundleLayout, write_text_atomic
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from trainer.layout import SweepLayout
+from trainer.outputs.layout import SweepLayout
 
 BUNDLE_ENV = "TRAINER_CACHE_BUNDLE"
 WANDB = "wandb"

@@ -19,8 +19,8 @@ from trainer.cache.bundle import Bundle
 from trainer.cache.env import WANDB, bundle_setting
 from trainer.cache.key import describe, differences, key_id, machine_key
 from trainer.cache.workload import label, workload, workload_id
-from trainer.config import TrainConfig
-from trainer.layout import BundleLayout, RunLayout
+from trainer.config.schema import TrainConfig
+from trainer.outputs.layout import BundleLayout, RunLayout
 
 log = logging.getLogger(__name__)
 

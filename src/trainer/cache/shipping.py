@@ -14,7 +14,7 @@ from typing import Any
 from trainer.cache.bundle import Bundle
 from trainer.cache.key import describe, differences, key_id, machine_key
 from trainer.errors import TrainerError
-from trainer.layout import BundleLayout, SweepLayout, default_output_root
+from trainer.outputs.layout import BundleLayout, SweepLayout, default_output_root
 
 ARCHIVES = (".tar.gz", ".tgz")
 

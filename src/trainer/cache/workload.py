@@ -9,7 +9,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from trainer.config import TrainConfig
+from trainer.config.schema import TrainConfig
 
 # compile.* keys that change what is compiled (cache_dir, explain, trace, ... do not).
 _COMPILE_KEYS = ("mode", "backend", "backend_module", "dynamic", "fullgraph", "options")

@@ -21,7 +21,7 @@ from trainer.compiling import torch_private
 from trainer.compiling.checks import check_config, check_hardware
 from trainer.compiling.regional import RegionalCompiler
 from trainer.compiling.stats import fullgraph_error, reset, watch_recompile_limit
-from trainer.config import CompileConfig, ConfigError
+from trainer.config.schema import CompileConfig, ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """`compile=auto`: time a few eager and compiled training steps on a copy of the model, with
-the very step function training runs (`loop.train_step`: autocast, GradScaler, clipping),
+the very step function training runs (`train/step.py` `train_step`: autocast, GradScaler, clipping),
 estimate the planned run both ways (compile cost included, as the cache state makes it) and
 keep the faster. `timed_steps` is the measuring primitive the benchmarks reuse."""
 
@@ -18,9 +18,9 @@ from torch import nn
 
 from trainer.compiling.apply import apply_compile, maybe_compile_optimizer
 from trainer.compiling.stats import compile_stats, reset
-from trainer.config import CompileConfig, TrainerConfig
-from trainer.devices import grad_scaler, sync
-from trainer.loop import train_step
+from trainer.config.schema import CompileConfig, TrainerConfig
+from trainer.hardware.devices import grad_scaler, sync
+from trainer.train.step import StepRules, train_step
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def timed_steps(step: Callable[[], Any], n: int, device: torch.device) -> list[f
 
 @dataclass
 class StepRecipe:
-    """How training steps: the precision rules and clipping `loop.train_step` is called with."""
+    """How training steps: the precision rules and clipping `train_step` is called with."""
 
     device: torch.device
     precision: str = "32"  # trainer.precision (the GradScaler scales under 16-mixed only)
@@ -60,10 +60,7 @@ class StepRecipe:
                 scaler,
                 x,
                 y,
-                device=self.device,
-                dtype=self.dtype,
-                grad_clip=self.grad_clip,
-                label_smoothing=self.label_smoothing,
+                StepRules(self.device, self.dtype, self.grad_clip, self.label_smoothing),
             )
 
         return step

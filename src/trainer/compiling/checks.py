@@ -12,7 +12,7 @@ import shutil
 import torch
 
 from trainer.compiling import torch_private
-from trainer.config import CompileConfig, ConfigError
+from trainer.config.schema import CompileConfig, ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from trainer.compiling import torch_private
-from trainer.layout import RunLayout
+from trainer.outputs.layout import RunLayout
 
 log = logging.getLogger(__name__)
 

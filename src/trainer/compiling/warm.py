@@ -13,14 +13,14 @@ from typing import Any
 
 import torch
 
-from trainer.checkpoint import TrainState
 from trainer.compiling import compile_stats
-from trainer.config import TrainConfig, TrainerConfig
-from trainer.data import DataBundle
-from trainer.devices import sync
-from trainer.layout import RunLayout
-from trainer.loop import evaluate, train_step
-from trainer.summary import RunSummary, run_paths
+from trainer.config.schema import TrainConfig, TrainerConfig
+from trainer.data.plan import DataBundle
+from trainer.hardware.devices import sync
+from trainer.outputs.layout import RunLayout
+from trainer.outputs.summary import RunSummary, run_paths
+from trainer.train.checkpoint import TrainState
+from trainer.train.step import StepRules, evaluate, train_step
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +83,7 @@ def _one_step_each(state: TrainState, data: DataBundle, t: TrainerConfig, **wher
         state.scaler,
         x.to(device),
         y.to(device),
-        device=device,
-        dtype=dtype,
-        grad_clip=t.grad_clip,
-        label_smoothing=t.label_smoothing,
+        StepRules(device, dtype, t.grad_clip, t.label_smoothing),
     )
     first = list(itertools.islice(iter(data.val), 1))  # padded, as evaluation pads it
     evaluate(state.model, first, device=device, dtype=dtype, batch_size=data.eval_batch_size)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trainer.errors import exit_on_error
-from trainer.layout import SweepLayout
+from trainer.outputs.layout import SweepLayout
 from trainer.sweep.report import leaderboard
 from trainer.sweep.report.dashboard import serving as dashboard
 from trainer.sweep.search import dispatch

@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from trainer import cpu_share
 from trainer.errors import TrainerError
-from trainer.layout import SweepLayout
+from trainer.outputs.layout import SweepLayout
+from trainer.sweep.agents import cpu_share
 from trainer.sweep.agents.gpu_slots import DevicePlan, agent_count
 from trainer.sweep.agents.launched import JOB_DIR, AgentJob, env_added
 from trainer.sweep.agents.outcome import INTERRUPT_CODES

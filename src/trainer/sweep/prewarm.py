@@ -16,7 +16,7 @@ from typing import Any
 
 from trainer.cache.env import BUNDLE_ENV, WANDB
 from trainer.cache.workload import label, workload, workload_id
-from trainer.layout import SweepLayout
+from trainer.outputs.layout import SweepLayout
 from trainer.sweep.options import SweepOptions
 
 FULL_PRODUCT = 256  # up to this many combinations, every one is composed; beyond, relevant keys
@@ -55,8 +55,8 @@ def _listed(sweep_config: Mapping[str, Any]) -> tuple[dict[str, list], dict[str,
 def plan(sweep_config: Mapping[str, Any], compose: Callable[[dict], Any]) -> Plan:
     """The distinct workloads of the sweep; `compose(values)` is a trial's composed config
     for these parameter values (others at their first or default value)."""
-    from trainer.config import ConfigError
-    from trainer.validation import validate
+    from trainer.config.schema import ConfigError
+    from trainer.preflight import validate
 
     listed, drawn = _listed(sweep_config)
     result, seen = Plan(), set()
@@ -114,7 +114,7 @@ def run(
     the bundle `env` names (default: the sweep's folder); say what each cost."""
     import os
 
-    from trainer.summary import RunSummary
+    from trainer.outputs.summary import RunSummary
     from trainer.sweep.spec.command import expand
 
     env = {BUNDLE_ENV: str(layout.compile_cache), **os.environ, **env}

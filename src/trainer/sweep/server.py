@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from trainer import cpu_share
-from trainer.layout import SweepLayout
-from trainer.sweep.agents import gpu_slots
+from trainer.outputs.layout import SweepLayout
+from trainer.sweep.agents import cpu_share, gpu_slots
 from trainer.sweep.agents.gpu_slots import DevicePlan
 from trainer.sweep.agents.launched import FORWARDING, JOB_DIR, AgentJob, StartAgents, env_added
 from trainer.sweep.options import AgentHooks, SweepOptions

@@ -14,8 +14,7 @@ import pytest
 
 from tests.conftest import ROOT, run_cli
 from tests.sweep_commands import TRIAL
-from trainer import cpu_share
-from trainer.sweep.agents import cpu_slots
+from trainer.sweep.agents import cpu_share, cpu_slots
 from trainer.sweep.local import run_sweep
 from trainer.sweep.options import SweepOptions
 from trainer.sweep.store.database import SweepStore

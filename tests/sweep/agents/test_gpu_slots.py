@@ -20,7 +20,7 @@ from trainer.sweep.agents import gpu_slots
 from trainer.sweep.agents.gpu_slots import DevicePlan, DevicePool, fixed_slots, resolve, sweep_plan
 from trainer.sweep.local import run_sweep
 from trainer.sweep.options import SweepOptions
-from trainer.sweep.spec.command import fixed_overrides, template
+from trainer.sweep.spec.command import fixed_overrides, trial_command
 from trainer.sweep.store.database import SweepStore
 from trainer.sweep.store.records import BUSY, RunRecord
 
@@ -136,7 +136,7 @@ def test_claim_hands_out_nothing_while_every_device_is_taken(tmp_path):
 
 
 def test_a_multi_gpu_trial_is_torchrun_with_ddp():
-    command = template(["compile=off"], [], gpus_per_trial=2)
+    command = trial_command(["compile=off"], [], gpus_per_trial=2)
     assert command[:8] == [
         "${env}",
         "${interpreter}",
@@ -306,7 +306,9 @@ def test_a_bad_devices_option_for_a_joining_agent_exits_2(tmp_path):
 def test_a_two_gpu_trial_runs_through_torchrun(tmp_path):
     plan = DevicePlan(("0", "1"), gpus_per_trial=2)
     config = _config([0], "trainer.max_steps=2")
-    config["command"] = template([*TRIAL[5:], "trainer.max_epochs=1", "trainer.max_steps=2"], [], 2)
+    config["command"] = trial_command(
+        [*TRIAL[5:], "trainer.max_epochs=1", "trainer.max_steps=2"], [], 2
+    )
     res = run_sweep(config, root=tmp_path, devices=plan)
     run = SweepStore(tmp_path / "sweeps" / res["sweep_id"] / "sweep.db").runs()[0]
     assert run.state == "finished" and run.devices == ["0", "1"]

@@ -208,12 +208,14 @@ def test_only_python_m_trainer_on_this_interpreter_and_environment_is_forked(tem
 
 @pytest.mark.slow
 def test_a_torchrun_sweep_starts_no_template(tmp_path, capsys):
-    from trainer.sweep.spec.command import template
+    from trainer.sweep.spec.command import trial_command
 
-    starter = TrialStarter(dict(os.environ), (), tmp_path / "t.log", command=template([], [], 2))
+    starter = TrialStarter(
+        dict(os.environ), (), tmp_path / "t.log", command=trial_command([], [], 2)
+    )
     assert starter.template is None
     assert "not `python -m trainer`" in capsys.readouterr().out
-    plain = TrialStarter(dict(os.environ), (), tmp_path / "t.log", command=template([]))
+    plain = TrialStarter(dict(os.environ), (), tmp_path / "t.log", command=trial_command([]))
     assert plain.template is not None
     plain.close()
 
@@ -222,10 +224,10 @@ def test_a_torchrun_sweep_starts_no_template(tmp_path, capsys):
 def test_a_sweep_that_never_compiles_or_logs_skips_those_imports():
     from trainer.sweep.agents.forkable import template_flags
     from trainer.sweep.agents.template import _preimports
-    from trainer.sweep.spec.command import template
+    from trainer.sweep.spec.command import trial_command
 
-    assert template_flags(template(["model=small_cnn"])) == template_flags(None) == []
-    flags = template_flags(template(["compile=off", "logger=none"]))
+    assert template_flags(trial_command(["model=small_cnn"])) == template_flags(None) == []
+    flags = template_flags(trial_command(["compile=off", "logger=none"]))
     assert flags == ["--no-compiler", "--no-wandb"]
     assert "wandb" not in _preimports(flags) and "torch._inductor.compile_fx" not in _preimports(
         flags

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from rich.console import Console
 
-from trainer.layout import SweepLayout
+from trainer.outputs.layout import SweepLayout
 from trainer.sweep.__main__ import ls
 from trainer.sweep.report import leaderboard, pareto
 from trainer.sweep.store.database import SweepStore

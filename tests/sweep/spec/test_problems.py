@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.config import ConfigError
-from trainer.metrics import EPOCH_METRICS
+from trainer.config.schema import EPOCH_METRICS, ConfigError
 from trainer.sweep.spec.problems import check_sweep, sweep_problems
 
 KEYS = ["optimizer.lr", "optimizer.momentum", "trainer.max_epochs", "data.batch_size"]

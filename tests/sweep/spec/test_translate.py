@@ -8,7 +8,7 @@ import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from wandb.sdk.launch.sweeps.utils import create_sweep_command, create_sweep_command_args
 
-from trainer.sweep.spec.command import template as trial_command
+from trainer.sweep.spec.command import trial_command
 from trainer.sweep.spec.translate import (
     TranslationError,
     build_sweep_config,
@@ -18,7 +18,7 @@ from trainer.sweep.spec.translate import (
     spelling_problems,
     split_overrides,
 )
-from trainer.trial_argv import hydra_value, repair_argv, repair_sys_argv
+from trainer.sweep.trial.trial_argv import hydra_value, repair_argv, repair_sys_argv
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from trainer.cpu_share import process_limits
+from trainer.hardware.cpu_limits import process_limits
 from trainer.sweep.agents.cpu_slots import CpuSlots
 from trainer.sweep.search import classic
 from trainer.sweep.store.database import SweepStore
@@ -145,7 +145,7 @@ def test_a_reused_pid_reads_as_dead_with_real_processes(namespaces):
 
 NODE_B = """
 import json, os, socket, sys, time
-from trainer.cpu_share import process_limits
+from trainer.hardware.cpu_limits import process_limits
 from trainer.sweep.agents.cpu_slots import CpuSlots
 from trainer.sweep.search import classic
 from trainer.sweep.store.database import SweepStore

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from trainer.layout import SweepLayout
+from trainer.outputs.layout import SweepLayout
 from trainer.sweep.search.suggest.driver import SchedulerDriver, SchedulerEngine
 from trainer.sweep.store.database import SweepStore
 from trainer.sweep.store.suggestions import SuggestionQueue

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trainer.cpu_share import (
+from trainer.outputs.layout import SweepLayout
+from trainer.sweep.agents.cpu_share import (
     ENV_PER_TRIAL,
     ENV_SLOT,
     CpuLimits,
@@ -22,7 +23,6 @@ from trainer.cpu_share import (
     plan_shares,
     process_limits,
 )
-from trainer.layout import SweepLayout
 from trainer.sweep.store.database import SweepStore
 from trainer.sweep.store.liveness import Holder, this_host
 from trainer.sweep.store.reconnect import retrying

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer import cpu_share
-from trainer.sweep.agents import gpu_slots
+from trainer.sweep.agents import cpu_share, gpu_slots
 
 BASIC = "basic"
 # Hydra's launcher plugins the sweeper drives, by the class their config instantiates.

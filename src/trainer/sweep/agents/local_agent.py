@@ -16,11 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer import cpu_share
 from trainer.cache import env as cache_env
 from trainer.errors import TrainerError
-from trainer.layout import SweepLayout
-from trainer.sweep.agents import cpu_slots, gpu_slots
+from trainer.outputs.layout import SweepLayout
+from trainer.sweep.agents import cpu_share, cpu_slots, gpu_slots
 from trainer.sweep.agents.launched import WARNING_SIGNALS, ended_by_cluster
 from trainer.sweep.agents.trial_start import Trial, TrialStarter
 from trainer.sweep.search import dispatch
@@ -29,7 +28,7 @@ from trainer.sweep.store.database import RunRecord, SweepStore
 from trainer.sweep.store.directory import sweep_id_of
 from trainer.sweep.store.opening import open_store
 from trainer.sweep.store.records import BUSY
-from trainer.trial_params import trial_env
+from trainer.sweep.trial.trial_params import trial_env
 
 POLL_S = 0.25  # how often a running trial's metrics, stop flag and exit are checked
 HEARTBEAT_S = 2.0  # how often the store hears that a run's agent is alive

@@ -32,9 +32,9 @@ PREIMPORT = (
     "hydra",
     "omegaconf",
     "trainer.run",
-    "trainer.validation",
-    "trainer.trial_argv",
-    "trainer.trial_params",
+    "trainer.preflight",
+    "trainer.sweep.trial.trial_argv",
+    "trainer.sweep.trial.trial_params",
     "sklearn.datasets",
 )
 TRACKER = ("wandb",)  # unless no trial logs to W&B

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from trainer import cpu_share
+from trainer.sweep.agents import cpu_share
 from trainer.sweep.agents.forkable import MODULES, env_difference, without_env
 from trainer.sweep.agents.template import receive, receive_nowait, send
 from trainer.sweep.store.liveness import pid_alive

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import IO, Protocol
 
-from trainer import cpu_share
+from trainer.sweep.agents import cpu_share
 from trainer.sweep.agents.forkable import MODULES, forkable, template_flags
 from trainer.sweep.agents.template_client import ForkedTrial, TrialTemplate
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from trainer.layout import SweepLayout, write_text_atomic
+from trainer.outputs.layout import SweepLayout, write_text_atomic
 from trainer.sweep.report import pareto
 from trainer.sweep.report.plot import figure as figure
 from trainer.sweep.report.plot import plot as plot
@@ -129,7 +129,7 @@ def best_overrides(config: dict, best: dict | None) -> list[str]:
     arguments (the user's config dir and name, fixed overrides) + its parameters."""
     if best is None:
         return []
-    from trainer.trial_argv import hydra_value
+    from trainer.sweep.trial.trial_argv import hydra_value
 
     params = [f"{key}={hydra_value(value)}" for key, value in best["params"].items()]
     return [*fixed_overrides(config), *params]

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from trainer.layout import SweepLayout
+from trainer.outputs.layout import SweepLayout
 from trainer.sweep.report import leaderboard
 from trainer.sweep.search import dispatch
 from trainer.sweep.store.database import RunRecord, SweepStore

@@ -7,7 +7,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from trainer.layout import SweepLayout
+from trainer.outputs.layout import SweepLayout
 from trainer.sweep.search import classic
 from trainer.sweep.search.custom_method import LIBRARY, drives_optimizer, engine_of
 from trainer.sweep.store.database import RunRecord, SweepStore

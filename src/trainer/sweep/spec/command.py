@@ -1,4 +1,4 @@
-"""The trial command of a sweep, in one place: the `command` template written into the W&B sweep
+"""The trial command of a sweep, in one place: the `command` line written into the W&B sweep
 configuration, its expansion the way `wandb agent` expands it, and the arguments every trial
 gets (the user's config dir and name, and the fixed overrides)."""
 
@@ -18,7 +18,7 @@ def _is_macro(chunk: str) -> bool:
     return chunk.startswith("${") and chunk.endswith("}")
 
 
-def template(
+def trial_command(
     fixed: Iterable[str], config_args: Iterable[str] = (), gpus_per_trial: int = 1
 ) -> list[str]:
     """The `command` W&B's agent runs: `python -m trainer [config args] key=value ... <fixed>`;

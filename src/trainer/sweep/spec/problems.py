@@ -7,8 +7,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from trainer.config import ConfigError
-from trainer.metrics import EPOCH_METRICS
+from trainer.config.schema import EPOCH_METRICS, ConfigError
 from trainer.sweep.spec.distributions import GRID, POSITIVE_MIN, distribution
 
 

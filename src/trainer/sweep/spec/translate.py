@@ -13,7 +13,7 @@ from hydra.core.override_parser.types import (
 )
 from hydra.errors import OverrideParseException
 
-from trainer.sweep.spec.command import template
+from trainer.sweep.spec.command import trial_command
 from trainer.sweep.spec.distributions import MIN_MAX, grid_points
 
 # The top-level keys of a W&B sweep configuration that the sweeper config carries.
@@ -170,7 +170,7 @@ def build_sweep_config(
     scheduler = config.get("scheduler")
     if parameters or not (isinstance(scheduler, dict) and scheduler.get("search_space")):
         config["parameters"] = parameters  # a define-by-run search space needs none
-    config["command"] = template(fixed, config_args, sweeper.get("gpus_per_trial") or 1)
+    config["command"] = trial_command(fixed, config_args, sweeper.get("gpus_per_trial") or 1)
     return config
 
 

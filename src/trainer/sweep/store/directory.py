@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from trainer.errors import TrainerError
-from trainer.layout import SweepLayout, default_output_root, write_text_atomic
+from trainer.outputs.layout import SweepLayout, default_output_root, write_text_atomic
 from trainer.sweep.store.database import SweepStore
 from trainer.sweep.store.opening import open_store
 

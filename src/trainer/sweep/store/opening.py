@@ -13,7 +13,7 @@ from sqlalchemy import inspect
 from sqlalchemy.engine import make_url
 
 from trainer.errors import TrainerError
-from trainer.layout import SweepLayout, write_text_atomic
+from trainer.outputs.layout import SweepLayout, write_text_atomic
 from trainer.sweep.store.database import SweepStore
 from trainer.sweep.store.netfs import warn_if_network
 from trainer.sweep.store.storage import Storage, check, make_engine, schema_of, shown

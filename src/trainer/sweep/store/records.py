@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainer.layout import RunLayout
+from trainer.outputs.layout import RunLayout
 from trainer.sweep.store.liveness import Holder
 
 

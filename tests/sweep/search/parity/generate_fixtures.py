@@ -3,7 +3,7 @@
     pip install "sweeps==0.3.0"    # or: pip install -e ".[dev,wandb-sweeps]" on Python <= 3.12
     python -m tests.sweep.search.parity.generate_fixtures
 
-Each fixture holds its inputs (from corpus.py) and what `sweeps` answered; test_sweep_parity.py
+Each fixture holds its inputs (from corpus.py) and what `sweeps` answered; test_parity.py
 runs the same inputs through trainer.sweep.search.wandb_sweeps and compares."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.errors import TrainerError
-from trainer.layout import SweepLayout
+from trainer.outputs.layout import SweepLayout
 from trainer.sweep.report.dashboard import figures, snapshot
 from trainer.sweep.report.dashboard.importance import importances
 from trainer.sweep.search import dispatch

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from trainer.layout import SweepLayout
+from trainer.outputs.layout import SweepLayout
 from trainer.sweep.search.custom_method import engine_of
 from trainer.sweep.search.suggest.wandb_door import OptimizerSession, TrialView
 from trainer.sweep.store.database import TERMINAL, RunRecord, SweepStore

@@ -1,0 +1,1 @@
+"""A run's data: the stored formats, the plan (what is loaded where), batches and augmentation."""

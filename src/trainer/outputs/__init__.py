@@ -1,0 +1,1 @@
+"""What a run leaves and shows: its folder layout, summary, tracker and console."""
