@@ -553,6 +553,12 @@ def test_scenario_sweeps(shell):
         "'optimizer.lr=0.01,0.1' 'model=small_cnn,resnet18' compile=off"
     )
     assert "method: grid" in _sweep_yaml(_type(shell, grid)).read_text()
+    space = (
+        "python -m trainer -m hydra/sweeper=wandb hydra.sweeper.dry_run=true "
+        "'hydra.sweeper.parameters={optimizer.lr: {distribution: log_uniform_values, min: 0.001, "
+        "max: 0.5}}'"
+    )
+    assert "distribution: log_uniform_values" in _sweep_yaml(_type(shell, space)).read_text()
     _type(shell, "python -m trainer sweep=lr_bayes hydra.sweep.dir=sweeps/lr")
     assert (shell.cwd / "sweeps" / "lr" / "sweep.yaml").is_file()
     proc = _type(shell, "python -m trainer sweep=lr_bayes")
