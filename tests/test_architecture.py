@@ -22,7 +22,11 @@ PORT = "trainer.sweep.search.wandb_sweeps"
 SWEEP_SIDE = ("trainer.sweep", "trainer.agent", "hydra_plugins.wandb_sweeper")
 # What the training side may import of the sweep side: what an agent hands a trial (its argv and
 # the parameter file). Light modules that import nothing else of the sweep side.
-TRIAL_INTERFACE = ("trainer.sweep.trial.trial_argv", "trainer.sweep.trial.trial_params")
+TRIAL_INTERFACE = (
+    "trainer.sweep.trial.trial_argv",
+    "trainer.sweep.trial.trial_params",
+    "trainer.sweep.trial.pbt_exchange",
+)
 # What the training side may import of the compile cache: the session a run opens and closes.
 CACHE_INTERFACE = ("trainer.cache.session", "trainer.cache.workload")
 # What the compile cache may import of the rest: the schemas, paths and the one error type.

@@ -27,7 +27,7 @@ from trainer.outputs.console import print_summary
 from trainer.outputs.layout import RunLayout
 from trainer.outputs.tracking import Tracker, start_tracker
 from trainer.preflight import validate
-from trainer.train import speed
+from trainer.train import pbt, speed
 from trainer.train.checkpoint import TrainState
 from trainer.train.ema import maybe_average
 from trainer.train.fit import FitPlan, Interrupted, finish, fit
@@ -62,6 +62,9 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
     resumed = restore(state, t, layout, is_main=ctx.is_main)  # None: a fresh start
     if resumed is not None and resumed.done:
         return resumed.already_done(state.progress)
+    member = pbt.member_of(layout, ctx.world_size)  # a PBT sweep's trial: None otherwise
+    if member is not None:
+        member.join(state, t)
     compiled, auto = compile_model(conf, state, data, device, dtype, ctx)
     if conf.compile.warm_only:  # compile into the cache and the bundle, train nothing
         return warm_only(
@@ -86,6 +89,7 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
         cpu=threads.record(cpu),
         speed=speed.record(flags, data.train.transform, state.optimizer),
         close_cache=close_cache,
+        member=member,
     )
     try:
         fit(fit_plan)

@@ -277,6 +277,18 @@ COMMANDS: dict[str, Run | NotRun] = {
     "ssh -N -L 8765:127.0.0.1:8765 login.cluster.example": NotRun(
         "an SSH tunnel to another machine (login.cluster.example is an example)"
     ),
+    "python -m trainer -m hydra/sweeper=wandb hydra.sweeper.method=pbt "
+    "'hydra.sweeper.metric={name: val/acc, goal: maximize}' 'hydra.sweeper.parameters="
+    "{optimizer.lr: {distribution: log_uniform_values, min: 0.0005, max: 0.5}, "
+    "trainer.label_smoothing: {values: [0.0, 0.05, 0.1]}}' data=digits model=small_cnn "
+    "compile=default trainer.max_epochs=4": NotRun(
+        "four compiled members; tests/sweep/store/test_pbt_sweep.py types it with 3 epochs and "
+        "quantile 0.5 (SQLite and PostgreSQL) and checks the copies and 0 recompiles"
+    ),
+    "python -m benchmarks.pbt": NotRun(
+        "nine sweeps (three methods, three seeds) for about ten minutes; its figures are "
+        "published in benchmarks/results/pbt.md"
+    ),
     "python -m benchmarks.sweep_faults": NotRun(
         "injects six cluster faults for about 15 minutes on a real SLURM; its requeue and "
         "SIGKILL cases run in tests/plugin/test_slurm_faults.py and "

@@ -24,6 +24,7 @@ from trainer.sweep.options import AgentHooks, SweepOptions
 from trainer.sweep.spec.command import config_arguments, fixed_overrides
 from trainer.sweep.spec.custom_checks import check as scheduler_check
 from trainer.sweep.spec.custom_checks import definition_dirs, resolve_source
+from trainer.sweep.spec.pbt_checks import problems as pbt_problems
 from trainer.sweep.spec.problems import check_sweep
 from trainer.sweep.spec.translate import (
     TranslationError,
@@ -196,10 +197,24 @@ def prepare(
         *([launcher] if (launcher := launcher_problem(_launcher_target(config))) else []),
         *device_problems,
         *engine.problems,
+        *pbt_problems(
+            sweep_config,
+            options.backend,
+            OmegaConf.select(config, "trainer.max_epochs"),
+            options.gpus_per_trial,
+            _compiled_update(config),
+        ),
         *trial,
     ]
     check_sweep(sweep_config, keys, groups, problems)
     return sweep_config, device_plan
+
+
+def _compiled_update(config: DictConfig) -> bool:
+    """Whether the trials compile the optimizer's update (compile.optimizer, compile on)."""
+    return bool(OmegaConf.select(config, "compile.optimizer")) and not bool(
+        OmegaConf.select(config, "compile.disable")
+    )
 
 
 def dry_run(sweep_config: dict[str, Any], directory: Path) -> None:

@@ -17,10 +17,20 @@ class MetricConf:
 
 
 @dataclass
+class PbtConf:
+    # method: pbt (population-based training, docs/pbt.md)
+    population: int = 4  # members, each a run trained for trainer.max_epochs
+    interval: int = 1  # epochs between decisions
+    quantile: float = 0.25  # the bottom quantile copies a member of the top quantile
+    resample_probability: float = 0.25  # explore: resample a value instead of x0.8 / x1.2
+    seed: int = 0  # the members' starting values and every explore draw follow from it
+
+
+@dataclass
 class WandbSweeperConf:
     _target_: str = "hydra_plugins.wandb_sweeper.wandb_sweeper.WandbSweeper"
     # The W&B sweep configuration (https://docs.wandb.ai/guides/sweeps/sweep-config-keys).
-    method: str = "random"  # grid | random | bayes | custom (with scheduler)
+    method: str = "random"  # grid | random | bayes | custom (with scheduler) | pbt
     # {name, goal, ...} or dotted (hydra.sweeper.metric.name=val/acc); null: no metric
     metric: Optional[MetricConf] = field(default_factory=MetricConf)  # noqa: UP045
     # Hydra key or config group -> W&B spec. Typed Any, as scheduler, early_terminate and
@@ -39,6 +49,7 @@ class WandbSweeperConf:
     # source, search_space: define-by-run function in source}; source: relative to the sweep
     # definition or the working directory
     scheduler: Any = None
+    pbt: PbtConf = field(default_factory=PbtConf)  # method: pbt's settings
     early_terminate: Any = None  # {type: hyperband, min_iter | max_iter + s, eta, strict}
     run_cap: Optional[int] = None  # noqa: UP045  the most runs the sweep starts (every method)
     name: Optional[str] = None  # noqa: UP045  the sweep's name (W&B)

@@ -104,6 +104,11 @@ class SweepLayout:
         return self.root / "sweep.yaml"
 
     @property
+    def pbt(self) -> Path:
+        """method: pbt: each member's reports, checkpoints per interval and lineage."""
+        return self.root / "pbt"
+
+    @property
     def results(self) -> Path:
         return self.root / "results.json"
 

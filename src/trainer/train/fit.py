@@ -76,6 +76,7 @@ class FitPlan:
     # and the W&B run; returns the summary's compile.cache section (None: nothing compiled).
     close_cache: Callable[[dict[str, Any], Any], dict[str, Any] | None] = lambda stats, run: None
     timing: Timing = field(default_factory=Timing)
+    member: Any = None  # a PBT member (trainer.train.pbt.Member): decides after each interval
     started: float = field(default_factory=time.perf_counter)
     loop_started_at: float = field(default_factory=time.time)  # wall clock, for sweep agents
 
@@ -203,6 +204,9 @@ def fit(fit_plan: FitPlan) -> None:
             if row is None:
                 break
             record_epoch(fit_plan, row, view)
+            member = fit_plan.member
+            if member is not None and member.after_epoch(fit_plan.state, t, row):
+                fit_plan.save("last.pt")  # the copied checkpoint and its new values
         if stop.requested:
             stop_after_save(fit_plan, stop.signum)  # type: ignore[arg-type]
 

@@ -7,10 +7,11 @@ import os
 import sys
 
 from trainer.cache.env import BUNDLE_ENV
+from trainer.sweep.trial.pbt_exchange import ENV as PBT_ENV
 
 # A trial's environment may differ from its template's only in these (read after the fork).
 PER_TRIAL_PREFIXES = ("WANDB_",)
-PER_TRIAL_KEYS = ("CUDA_VISIBLE_DEVICES", BUNDLE_ENV)
+PER_TRIAL_KEYS = ("CUDA_VISIBLE_DEVICES", BUNDLE_ENV, PBT_ENV)
 MODULES = ("trainer",)  # what a template forks into: the sweep's entry point
 
 

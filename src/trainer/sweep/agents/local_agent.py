@@ -28,6 +28,7 @@ from trainer.sweep.store.database import RunRecord, SweepStore
 from trainer.sweep.store.directory import sweep_id_of
 from trainer.sweep.store.opening import open_store
 from trainer.sweep.store.records import BUSY
+from trainer.sweep.trial import pbt_exchange
 from trainer.sweep.trial.trial_params import trial_env
 
 POLL_S = 0.25  # how often a running trial's metrics, stop flag and exit are checked
@@ -269,6 +270,7 @@ class LocalAgent:
             **self.share.env(),
             **gpu_slots.trial_env(run.devices),
             **cache_env.trial_env(self.layout),  # the sweep's compile-cache bundle
+            **pbt_exchange.member_env(self.config, self.layout.pbt),  # method: pbt
         }
         verb = "resuming" if resume else "starting"
         where = f" on GPU {','.join(run.devices)}" if run.devices else ""

@@ -20,6 +20,7 @@ from trainer.sweep.report.plot import plot as plot
 from trainer.sweep.search import classic, dispatch
 from trainer.sweep.spec.command import fixed_overrides
 from trainer.sweep.store.database import RunRecord, SweepStore
+from trainer.sweep.trial import pbt_exchange
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -119,6 +120,10 @@ def results(
         res["metrics"] = goals
         res["pareto_front"] = [e for e in runs if e["pareto"]]
         return {**res, "runs": runs, "best": None}
+    if pbt_exchange.is_pbt(config):  # each member's schedule: what it copied and explored
+        res.update(method="pbt", pbt=pbt_exchange.settings_of(config))
+        for e in runs:
+            e["lineage"] = pbt_exchange.lineage_of(e["run_dir"])
     runs.sort(key=_rank_key(metric))
     ranked = [e for e in runs if e["metric"] is not None and e["state"] in ("finished", "stopped")]
     return {**res, "runs": runs, "best": ranked[0] if ranked else None}
@@ -145,6 +150,11 @@ def _best_text(config: dict, sweep_id: str, res: dict[str, Any]) -> str:
         if not overrides:
             return f"# Sweep {sweep_id} has no finished run with a metric yet.\n"
         header = f"# Best run of sweep {sweep_id}: python -m trainer " + shlex.join(overrides)
+        if res.get("pbt"):
+            header += (
+                "\n# method pbt: these are its starting values; its values changed at each "
+                "interval (its lineage in results.json, and the leaderboard's schedule)"
+            )
         return header + "\n" + yaml.safe_dump(overrides, sort_keys=False)
     if not front:
         return f"# Sweep {sweep_id} has no finished run with every objective yet.\n"
@@ -354,6 +364,22 @@ def print_leaderboard(res: dict[str, Any], console: Console | None = None) -> No
         console.print(
             f"best: {res['best']['id']}  {metric.get('name')}={_fmt(res['best']['metric'])}"
         )
+    if res.get("pbt") and res["best"]:
+        _print_schedule(console, res)
     for e in res.get("pareto_front") or ():
         values = "  ".join(f"{k}={_fmt(v)}" for k, v in e["objectives"].items())
         console.print(f"pareto: {e['id']}  {values}")
+
+
+def _print_schedule(console: Console, res: dict[str, Any]) -> None:
+    """PBT: how many members copied a leader, and the best member's values epoch by epoch."""
+    copies = sum(1 for e in res["runs"] for s in e.get("lineage") or () if s["copied_from"])
+    console.print(
+        f"pbt: {len(res['runs'])} members, {copies} copies of a leader; schedule of "
+        f"{res['best']['id']}:",
+        highlight=False,
+    )
+    for step in res["best"].get("lineage") or ():
+        values = " ".join(f"{k}={_fmt(v)}" for k, v in step["params"].items())
+        source = f"  (copied {step['copied_from']})" if step["copied_from"] else ""
+        console.print(f"  epoch {step['epoch']:>3}  {values}{source}", highlight=False)

@@ -8,11 +8,13 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from trainer.outputs.layout import SweepLayout
-from trainer.sweep.search import classic
+from trainer.sweep.search import classic, pbt_engine
 from trainer.sweep.search.custom_method import LIBRARY, drives_optimizer, engine_of
+from trainer.sweep.search.pbt_engine import PbtEngine
 from trainer.sweep.store.database import RunRecord, SweepStore
 from trainer.sweep.store.directory import new_id
 from trainer.sweep.store.records import Busy
+from trainer.sweep.trial.pbt_exchange import is_pbt
 
 
 class ClassicEngine:
@@ -53,6 +55,8 @@ def for_sweep(
     store: SweepStore, layout: SweepLayout, config: dict, sweep_id: str
 ) -> ClassicEngine | Any:
     """The engine of this sweep configuration."""
+    if is_pbt(config):
+        return PbtEngine(store, config)
     if drives_optimizer(config):
         from trainer.sweep.search.suggest.driver import SchedulerEngine
 
@@ -69,6 +73,8 @@ def _release(package: str) -> str:
 
 def engine_name(config: dict) -> str:
     """Which code decided the runs, as results.json records it."""
+    if is_pbt(config):
+        return f"{classic.engine_name()}, population-based training (asynchronous)"
     if not drives_optimizer(config):
         return classic.engine_name()
     library = LIBRARY[str(engine_of(config))]
@@ -83,6 +89,15 @@ def sweep_state(stored: str, store: SweepStore) -> str:
     """The state `ls` shows (see classic.sweep_state); a scheduler-driven sweep is finished when
     its optimizer said the search is over (or run_cap is reached) and nothing is queued."""
     config, runs = store.config, store.runs()
+    if is_pbt(config) and stored in ("finished", "stopped"):
+        live = [r for r in runs if not r.superseded]
+        if pbt_engine.finished(config, runs):
+            return "finished"
+        return (
+            "running"
+            if any(r.state == "running" for r in live)
+            else f"stopped ({len(live)} members)"
+        )
     if not drives_optimizer(config):
         return classic.sweep_state(stored, config, runs)
     if stored not in ("finished", "stopped"):

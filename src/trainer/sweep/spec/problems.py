@@ -9,6 +9,7 @@ from typing import Any
 
 from trainer.config.schema import EPOCH_METRICS, ConfigError
 from trainer.sweep.spec.distributions import GRID, POSITIVE_MIN, distribution
+from trainer.sweep.store.directory import wandb_view
 
 
 def _probability_problems(key: str, spec: dict, method: str | None) -> list[str]:
@@ -93,6 +94,7 @@ def schema_problems(config: dict[str, Any]) -> list[str]:
     from trainer.sweep.search.wandb_sweeps.config.schema import validator
     from trainer.sweep.search.wandb_sweeps.params import PARAM_DEPRECATION_MAP
 
+    config = wandb_view(config)  # the keys only the local backend runs are checked apart
     notes = set()
     for name, spec in (config.get("parameters") or {}).items():
         try:

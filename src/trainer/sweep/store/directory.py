@@ -4,6 +4,7 @@ the hint that joins it, and its sweep.yaml."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import string
@@ -118,6 +119,25 @@ def join_command(sweep_id: str, root: str | Path, directory: str | Path | None =
     return command
 
 
+# Keys of a sweep configuration that only this project's local backend runs: sweep.yaml gives
+# them as comments above W&B's configuration (W&B's schema admits no other keys).
+LOCAL_ONLY = {
+    "pbt": "population-based training (hydra.sweeper.method=pbt) runs on the local backend; "
+    "W&B runs this file as a random search of the members' starting values",
+}
+
+
+def wandb_view(config: dict) -> dict:
+    """The sweep configuration as W&B's schema takes it (the local-only keys left out)."""
+    return {k: v for k, v in config.items() if k not in LOCAL_ONLY}
+
+
 def write_sweep_yaml(config: dict, path: str | Path) -> None:
-    """Write exactly the W&B sweep configuration (what `wandb sweep sweep.yaml` accepts)."""
-    write_text_atomic(path, yaml.safe_dump(config, sort_keys=False))
+    """Write exactly the W&B sweep configuration (what `wandb sweep sweep.yaml` accepts), with the
+    local-only keys as comments above it."""
+    notes = "".join(
+        f"# {key}: {json.dumps(config[key], sort_keys=True)}\n#   {why}\n"
+        for key, why in LOCAL_ONLY.items()
+        if key in config
+    )
+    write_text_atomic(path, notes + yaml.safe_dump(wandb_view(config), sort_keys=False))
