@@ -239,3 +239,38 @@ def test_the_leaderboard_of_configurations_fits_80_columns_and_says_how_it_ranks
     assert "val/acc mean" in text and "± std" in text
     assert "ranked by mean ± std of val/acc over 3 seeds" in text
     assert "best: " in text and "0.6 ± 0.1 (n=3)" in text
+
+
+def test_an_optuna_sweep_hands_out_each_suggestion_with_every_seed_then_asks_again(tmp_path):
+    pytest.importorskip("optuna")
+    from trainer.outputs.layout import SweepLayout
+    from trainer.sweep.search.suggest.driver import SchedulerEngine
+
+    config = {
+        "method": "custom",
+        "metric": METRIC,
+        "run_cap": 2,
+        "scheduler": {"engine": "optuna"},
+        "parameters": {"optimizer.lr": {"distribution": "uniform", "min": 0.01, "max": 0.1}},
+    }
+    store = _store(tmp_path, config, rp.Repeats.of(2, 4))
+    engine = SchedulerEngine(store, SweepLayout(tmp_path), config, "s1")
+    try:
+        claim = lambda: engine.claim(agent_pid=os.getpid(), rerun_crashed=False, stop=lambda: False)  # noqa: E731
+        first, second = claim(), claim()
+        assert first.params["optimizer.lr"] == second.params["optimizer.lr"]
+        assert [first.params["trainer.seed"], second.params["trainer.seed"]] == [4, 5]
+        _end(store, first.id, 0.2)
+        _end(store, second.id, 0.4)
+        third, fourth = claim(), claim()
+        assert third.params["optimizer.lr"] == fourth.params["optimizer.lr"]
+        assert third.params["optimizer.lr"] != first.params["optimizer.lr"]
+        assert [third.params["trainer.seed"], fourth.params["trainer.seed"]] == [4, 5]
+        _end(store, third.id, 0.6)
+        _end(store, fourth.id, 0.8)
+        assert claim() is None  # run_cap 2 counts configurations
+        study = engine.driver.session._optimizer.study
+        values = sorted(t.value for t in study.trials if t.value is not None)
+        assert values == [pytest.approx(0.3), pytest.approx(0.7)]  # one mean per configuration
+    finally:
+        engine.close()
