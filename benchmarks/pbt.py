@@ -71,7 +71,7 @@ def run_sweep(method: str, args: argparse.Namespace, seed: int, root: Path) -> d
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - started
     if done.returncode != 0:
-        raise RuntimeError(f"{method} seed {seed} exited {done.returncode}:\n{done.stdout[-2000:]}")
+        raise RuntimeError(f"{method} seed {seed} exited {done.returncode}:\n{done.stderr[-2000:]}")
     res = json.loads(next(out.glob("sweeps/*/results.json")).read_text())
     finals = [r["metric"] for r in res["runs"] if r["metric"] is not None]
     summaries = [Path(r["run_dir"]) / "summary.json" for r in res["runs"]]

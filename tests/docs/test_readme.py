@@ -100,6 +100,9 @@ COMMANDS: dict[str, Run | NotRun] = {
         "tests/hardware/test_ddp.py::test_ddp_matches_single_writes_once_and_resumes_single"
     ),
     "python -m trainer sweep=lr_random hydra.sweeper.dry_run=true": Run("sweeps", ""),
+    "python -m trainer sweep=compile_grid hydra.sweeper.repeats=3 hydra.sweeper.dry_run=true": (
+        Run("sweeps", "")
+    ),
     "python -m trainer -m hydra/sweeper=wandb hydra.sweeper.dry_run=true "
     "'hydra.sweeper.parameters={optimizer.lr: {distribution: log_uniform_values, min: 0.001, "
     "max: 0.5}}'": Run("sweeps", ""),
@@ -559,6 +562,10 @@ def test_scenario_sweeps(shell):
     """Dry runs print and write sweep.yaml; a one-trial bayes sweep, then its id and files."""
     proc = _type(shell, "python -m trainer sweep=lr_random hydra.sweeper.dry_run=true")
     assert "method: random" in _sweep_yaml(proc).read_text()
+    repeats = (
+        "python -m trainer sweep=compile_grid hydra.sweeper.repeats=3 hydra.sweeper.dry_run=true"
+    )
+    assert "# runs: 4 configurations x 3 seeds = 12 runs" in _type(shell, repeats).out
     grid = (
         "python -m trainer -m hydra/sweeper=wandb hydra.sweeper.method=grid "
         "hydra.sweeper.metric.name=val/acc hydra.sweeper.metric.goal=maximize "
@@ -601,6 +608,10 @@ def test_scenario_own_config(shell):
     cmd = "cd /anywhere && python -m trainer --config-dir ~/my_conf sweep=mine"
     proc = _type(shell, cmd, {"/anywhere": str(anywhere)})
     assert "method: random" in _sweep_yaml(proc).read_text()
+    repeats = (
+        "python -m trainer sweep=compile_grid hydra.sweeper.repeats=3 hydra.sweeper.dry_run=true"
+    )
+    assert "# runs: 4 configurations x 3 seeds = 12 runs" in _type(shell, repeats).out
     _all_typed("test_scenario_own_config")
 
 

@@ -21,6 +21,7 @@ from trainer.sweep.agents import cpu_share, gpu_slots
 from trainer.sweep.agents.launched import BASIC, LauncherJobs, launcher_name, launcher_problem
 from trainer.sweep.agents.outcome import agent_failure
 from trainer.sweep.options import AgentHooks, SweepOptions
+from trainer.sweep.search import repeats as repeating
 from trainer.sweep.spec.command import config_arguments, fixed_overrides
 from trainer.sweep.spec.custom_checks import check as scheduler_check
 from trainer.sweep.spec.custom_checks import definition_dirs, resolve_source
@@ -195,6 +196,7 @@ def prepare(
         *spelling_problems(sweeper),
         *runner_problems(options),
         *([launcher] if (launcher := launcher_problem(_launcher_target(config))) else []),
+        *repeating.problems(options.repeats, sweep_config),
         *device_problems,
         *engine.problems,
         *pbt_problems(
@@ -203,6 +205,7 @@ def prepare(
             OmegaConf.select(config, "trainer.max_epochs"),
             options.gpus_per_trial,
             _compiled_update(config),
+            options.repeats,
         ),
         *trial,
     ]
@@ -217,13 +220,34 @@ def _compiled_update(config: DictConfig) -> bool:
     )
 
 
-def dry_run(sweep_config: dict[str, Any], directory: Path) -> None:
-    """Print the W&B configuration and the number of runs; write it as <directory>/sweep.yaml."""
+def dry_run(
+    sweep_config: dict[str, Any], directory: Path, repeats: repeating.Repeats | None = None
+) -> None:
+    """Print the W&B configuration and the number of runs (configurations x seeds with
+    hydra.sweeper.repeats); write it as <directory>/sweep.yaml."""
     path = SweepLayout(directory).yaml
     write_sweep_yaml(sweep_config, path)
     print(path.read_text(), end="")
     print(f"# written to {path}: `wandb sweep {path}` creates this sweep on the W&B server")
-    print(f"# runs: {run_count(sweep_config)}")
+    print(f"# runs: {repeating.runs_line(run_count(sweep_config), repeats)}")
+
+
+def with_repeats(
+    sweep_config: dict[str, Any],
+    options: SweepOptions,
+    config: DictConfig,
+    hydra_context: HydraContext,
+) -> tuple[dict[str, Any], repeating.Repeats | None]:
+    """hydra.sweeper.repeats > 1: the seeds start at the trials' configured trainer.seed; the
+    local backend keeps them in its store, the W&B server gets trainer.seed as a parameter."""
+    if options.repeats <= 1:
+        return sweep_config, None
+    first = int(OmegaConf.select(trial_config(sweep_config, config, hydra_context), "trainer.seed"))
+    repeats = repeating.Repeats.of(options.repeats, first)
+    if options.backend == "wandb":
+        print(f"sweep: note: {repeating.server_note(sweep_config, repeats)}", flush=True)
+        return repeating.for_server(sweep_config, repeats), None
+    return sweep_config, repeats
 
 
 def _run_server(sweep_config: dict[str, Any], launch: Launch) -> dict[str, Any]:
@@ -254,7 +278,7 @@ def prewarm_hook(
 def _run_local(sweep_config: dict[str, Any], launch: Launch) -> dict[str, Any]:
     from trainer.sweep.local import run_sweep
 
-    return run_sweep(sweep_config, launch.options, **launch.where())
+    return run_sweep(sweep_config, launch.options, repeats=launch.repeats, **launch.where())
 
 
 @dataclass(frozen=True)
@@ -266,6 +290,7 @@ class Launch:
     directory: Path | None
     devices: gpu_slots.DevicePlan | None
     hooks: AgentHooks
+    repeats: repeating.Repeats | None = None  # backend=local: hydra.sweeper.repeats' seeds
 
     def where(self) -> dict[str, Any]:
         return {
@@ -293,12 +318,13 @@ def sweep(
             "interrupted while checking the sweep; nothing was started or written",
             exit_code=128 + signal.SIGINT,
         ) from None
+    sweep_config, repeats = with_repeats(sweep_config, typed, config, hydra_context)
     if typed.dry_run:
-        return dry_run(sweep_config, Path(config.hydra.sweep.dir).resolve())
+        return dry_run(sweep_config, Path(config.hydra.sweep.dir).resolve(), repeats)
     hooks = AgentHooks(
         prewarm_hook(sweep_config, typed, config, hydra_context), agent_jobs(config, hydra_context)
     )
-    launch = Launch(typed, root, user_sweep_dir(config), devices, hooks)
+    launch = Launch(typed, root, user_sweep_dir(config), devices, hooks, repeats)
     backend = _run_server if typed.backend == "wandb" else _run_local
     result = backend(sweep_config, launch)
     failure = agent_failure(result)

@@ -84,6 +84,9 @@ class WandbSweeperConf:
     trials_per_device: int = 1  # trials packed on one GPU (free memory checked before packing)
     gpus_per_trial: int = 1  # GPUs per trial; above 1 a trial is torchrun + trainer.strategy=ddp
     prewarm: bool = False  # compile each distinct workload (model, input, compile) once, first
+    # each configuration runs this many times, with trainer.seed, trainer.seed+1, ...; ranked
+    # by the mean (± std) over its seeds, which is also what the search engine is told
+    repeats: int = 1
 
 
 ConfigStore.instance().store(

@@ -22,6 +22,7 @@ from trainer.sweep.options import AgentHooks, SweepOptions
 from trainer.sweep.report import leaderboard
 from trainer.sweep.report.watch import LiveStatus
 from trainer.sweep.search import dispatch
+from trainer.sweep.search.repeats import Repeats
 from trainer.sweep.store.database import SweepStore
 from trainer.sweep.store.directory import (
     create,
@@ -169,13 +170,15 @@ def run_sweep(
     directory: str | Path | None = None,
     devices: DevicePlan | None = None,
     hooks: AgentHooks | None = None,
+    repeats: Repeats | None = None,
 ) -> dict:
     """Create (options.sweep_id None) or reopen (sweep_id given) the local sweep in `directory`
     (the user's hydra.sweep.dir) or <root>/sweeps/<sweep_id>/, run `options.agents` local agent
     processes (None: one per device slot of `devices`, else 1; each at most `options.count`
     trials; trials get GPUs from `devices`) until the sweep ends, print the leaderboard, write
     results.json and best.yaml, and return the results dict. `hooks`: what runs before the
-    agents (hydra.sweeper.prewarm) and the user's Hydra launcher that starts them as jobs."""
+    agents (hydra.sweeper.prewarm) and the user's Hydra launcher that starts them as jobs;
+    `repeats`: the seeds of hydra.sweeper.repeats, kept in a new sweep's store."""
     options = options or SweepOptions()
     hooks = hooks or AgentHooks()
     storage, sweep_id = options.storage, options.sweep_id
@@ -183,6 +186,8 @@ def run_sweep(
     directory = Path(directory).resolve() if directory is not None else None
     if sweep_id is None:
         sweep_id, layout, store = _create(config, root, directory, storage)
+        if repeats is not None:  # kept with the sweep: agents that join later repeat too
+            repeats.record(store)
     else:
         sweep_id, layout, store = _reopen(sweep_id, root, directory, storage)
     store.set("state", "running")

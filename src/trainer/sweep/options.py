@@ -38,6 +38,7 @@ class SweepOptions:
     trials_per_device: int = 1
     gpus_per_trial: int = 1
     prewarm: bool = False
+    repeats: int = 1
 
     @classmethod
     def of(

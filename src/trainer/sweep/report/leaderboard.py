@@ -18,6 +18,7 @@ from trainer.sweep.report import pareto
 from trainer.sweep.report.plot import figure as figure
 from trainer.sweep.report.plot import plot as plot
 from trainer.sweep.search import classic, dispatch
+from trainer.sweep.search import repeats as repeating
 from trainer.sweep.spec.command import fixed_overrides
 from trainer.sweep.store.database import RunRecord, SweepStore
 from trainer.sweep.trial import pbt_exchange
@@ -126,7 +127,23 @@ def results(
             e["lineage"] = pbt_exchange.lineage_of(e["run_dir"])
     runs.sort(key=_rank_key(metric))
     ranked = [e for e in runs if e["metric"] is not None and e["state"] in ("finished", "stopped")]
+    repeats = repeating.Repeats.of_store(store)
+    if repeats is not None:
+        return {**res, "runs": runs, **by_configuration(records, repeats, metric)}
     return {**res, "runs": runs, "best": ranked[0] if ranked else None}
+
+
+def by_configuration(
+    records: list[RunRecord], repeats: repeating.Repeats, metric: dict | None
+) -> dict[str, Any]:
+    """hydra.sweeper.repeats: the configurations ranked by the mean of the metric over their
+    seeds (each with std, n, its runs and seeds); the best is the best configuration by mean."""
+    groups = repeating.configurations(records)
+    configs = repeating.summary(groups, metric)
+    configs.sort(key=_rank_key(metric))
+    best = next((c for c in configs if c["metric"] is not None), None)
+    counts = {"count": repeats.count, "seeds": list(repeats.seeds)}
+    return {"repeats": counts, "configurations": configs, "best": best}
 
 
 def best_overrides(config: dict, best: dict | None) -> list[str]:
@@ -149,7 +166,8 @@ def _best_text(config: dict, sweep_id: str, res: dict[str, Any]) -> str:
         overrides = best_overrides(config, res["best"])
         if not overrides:
             return f"# Sweep {sweep_id} has no finished run with a metric yet.\n"
-        header = f"# Best run of sweep {sweep_id}: python -m trainer " + shlex.join(overrides)
+        what = "run" if "repeats" not in res else "configuration (by the mean over its seeds)"
+        header = f"# Best {what} of sweep {sweep_id}: python -m trainer " + shlex.join(overrides)
         if res.get("pbt"):
             header += (
                 "\n# method pbt: these are its starting values; its values changed at each "
@@ -240,10 +258,46 @@ def _duration(e: dict[str, Any]) -> str:
     return "-" if e.get("duration_s") is None else f"{e['duration_s']:.1f}s"
 
 
+def _states(c: dict[str, Any]) -> str:
+    """A configuration's repeats by state: `3 finished`, `2 finished 1 running`."""
+    counts: dict[str, int] = {}
+    for state in c["states"]:
+        counts[state] = counts.get(state, 0) + 1
+    return " ".join(f"{n} {state}" for state, n in counts.items())
+
+
+def configuration_columns(res: dict[str, Any]) -> list[Column]:
+    """The columns of a leaderboard of configurations (hydra.sweeper.repeats): rank, the first
+    repeat's run id, mean, std and n of the metric, the repeats' states, their seeds."""
+    name = (res["metric"] or {}).get("name", "metric")
+    num = lambda v: "-" if v is None else _fmt(v)  # noqa: E731
+    return [
+        Column("rank", lambda i, c: str(i)),
+        Column("config", lambda i, c: c["id"]),
+        Column(f"{name} mean", lambda i, c: num(c["metric"])),
+        Column("± std", lambda i, c: num(c["std"])),
+        Column("n", lambda i, c: str(c["n"])),
+        Column("runs", _states_cell, 1),
+        Column("seeds", lambda i, c: ",".join(str(s) for s in c["seeds"]), 2),
+    ]
+
+
+def _states_cell(i: int, c: dict[str, Any]) -> str:
+    return _states(c)
+
+
+def _rows(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """The leaderboard's rows: the configurations with hydra.sweeper.repeats, else the runs."""
+    return res["configurations"] if "configurations" in res else res["runs"]
+
+
 def columns(res: dict[str, Any]) -> list[Column]:
     """The leaderboard's columns in order: rank, run, metric (each objective and a Pareto mark
     for a multi-objective sweep), state, duration, compile time, GPUs (when any run had one),
-    retries (when any run was handed out again), cache hits."""
+    retries (when any run was handed out again), cache hits; with repeats, those of
+    `configuration_columns`."""
+    if "configurations" in res:
+        return configuration_columns(res)
     names = [(res["metric"] or {}).get("name", "metric")]
     if "pareto_front" in res:
         names = [*(m["name"] for m in res["metrics"]), "pareto"]
@@ -281,7 +335,7 @@ def leaderboard(
         table.add_column(col.header, no_wrap=True)
     if with_params:
         table.add_column("params", overflow="fold")
-    for i, e in enumerate(res["runs"], start=1):
+    for i, e in enumerate(_rows(res), start=1):
         table.add_row(*(col.cell(i, e) for col in shown), *([_params(e)] * with_params))
     return table
 
@@ -344,9 +398,9 @@ def print_leaderboard(res: dict[str, Any], console: Console | None = None) -> No
     if dropped:
         left_out = ", ".join(c.header for c in dropped)
         console.print(f"(not shown at {console.width} columns: {left_out})")
-    if not fits and res["runs"]:
+    if not fits and _rows(res):
         console.print("parameters:")
-        for i, e in enumerate(res["runs"], start=1):
+        for i, e in enumerate(_rows(res), start=1):
             lead = f"  {i:>2} {e['id']}  "
             text = textwrap.fill(
                 _params(e),
@@ -360,6 +414,8 @@ def print_leaderboard(res: dict[str, Any], console: Console | None = None) -> No
     for e in res["runs"]:
         _print_retries(console, e)
     metric = res["metric"] or {}
+    if "repeats" in res:
+        return _print_repeats_end(res, console)
     if res["best"]:
         console.print(
             f"best: {res['best']['id']}  {metric.get('name')}={_fmt(res['best']['metric'])}"
@@ -383,3 +439,21 @@ def _print_schedule(console: Console, res: dict[str, Any]) -> None:
         values = " ".join(f"{k}={_fmt(v)}" for k, v in step["params"].items())
         source = f"  (copied {step['copied_from']})" if step["copied_from"] else ""
         console.print(f"  epoch {step['epoch']:>3}  {values}{source}", highlight=False)
+
+
+def _print_repeats_end(res: dict[str, Any], console: Console) -> None:
+    """How configurations are ranked with hydra.sweeper.repeats, and the best one."""
+    name = (res["metric"] or {}).get("name")
+    seeds = ",".join(str(s) for s in res["repeats"]["seeds"])
+    console.print(
+        f"configurations ranked by mean ± std of {name} over {res['repeats']['count']} seeds "
+        f"(trainer.seed={seeds}); every run: results.json",
+        highlight=False,
+    )
+    best = res["best"]
+    if best:
+        console.print(
+            f"best: {best['id']}  {name}={_fmt(best['metric'])} ± {_fmt(best['std'])} "
+            f"(n={best['n']})",
+            highlight=False,
+        )

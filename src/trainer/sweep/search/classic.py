@@ -115,16 +115,18 @@ def runs_to_stop(config: dict, runs: list[RunRecord]) -> list[str]:
     return [s.name for s in stop if s.name in wanted]
 
 
-def sweep_state(stored: str, config: dict, runs: list[RunRecord]) -> str:
+def sweep_state(stored: str, config: dict, runs: list[RunRecord], propose: Any = None) -> str:
     """The state `ls` shows: `finished` only when an agent could get no further run from the
-    sweep (the same test as the agents' claim); a sweep whose agents ended with runs left is
-    `stopped (3/4 runs)`, resumable with hydra.sweeper.sweep_id."""
+    sweep (the same test as the agents' claim, `propose`: next_params by default); a sweep
+    whose agents ended with runs left is `stopped (3/4 runs)`, resumable with
+    hydra.sweeper.sweep_id."""
     if stored not in ("finished", "stopped"):
         return stored
     live = [r for r in runs if not r.superseded]
     if any(r.state == "running" for r in live):
         return "running"
-    if next_params(config, live) is None and not any(r.state == "preempted" for r in live):
+    propose = propose or (lambda r: next_params(config, r))
+    if propose(live) is None and not any(r.state == "preempted" for r in live):
         return "finished"
     cap = config.get("run_cap")
     return f"stopped ({len(live)}/{cap} runs)" if cap else f"stopped ({len(live)} runs, more left)"

@@ -11,6 +11,7 @@ from trainer.outputs.layout import SweepLayout
 from trainer.sweep.search import classic, pbt_engine
 from trainer.sweep.search.custom_method import LIBRARY, drives_optimizer, engine_of
 from trainer.sweep.search.pbt_engine import PbtEngine
+from trainer.sweep.search.repeats import Repeats, configurations, proposer
 from trainer.sweep.store.database import RunRecord, SweepStore
 from trainer.sweep.store.directory import new_id
 from trainer.sweep.store.records import Busy
@@ -26,12 +27,14 @@ class ClassicEngine:
     def __init__(self, store: SweepStore, config: dict) -> None:
         self.store, self.config = store, config
         self.early_terminate = bool(config.get("early_terminate"))
+        self.repeats = Repeats.of_store(store)  # hydra.sweeper.repeats: each point R times
 
     def claim(
         self, *, agent_pid: int, rerun_crashed: bool, stop: Any, pool: Any = None
     ) -> RunRecord | Busy | None:
+        engine = lambda runs: classic.next_params(self.config, runs)  # noqa: E731
         return self.store.claim(
-            lambda runs: classic.next_params(self.config, runs),
+            proposer(self.repeats, self.config.get("metric"), engine),
             new_id=new_id,
             agent_pid=agent_pid,
             rerun_crashed=rerun_crashed,
@@ -98,7 +101,13 @@ def sweep_state(stored: str, store: SweepStore) -> str:
             if any(r.state == "running" for r in live)
             else f"stopped ({len(live)} members)"
         )
+    repeats = Repeats.of_store(store)
     if not drives_optimizer(config):
+        if repeats is not None:  # over when no repeat and no new configuration is left
+            propose = proposer(
+                repeats, config.get("metric"), lambda r: classic.next_params(config, r)
+            )
+            return classic.sweep_state(stored, config, runs, propose)
         return classic.sweep_state(stored, config, runs)
     if stored not in ("finished", "stopped"):
         return stored
@@ -108,7 +117,8 @@ def sweep_state(stored: str, store: SweepStore) -> str:
     from trainer.sweep.store.suggestions import SuggestionQueue
 
     cap = config.get("run_cap")
-    over = SuggestionQueue(store).over() is not None or (cap is not None and len(live) >= cap)
+    tried = len(live) if repeats is None else len(configurations(live))  # run_cap: configurations
+    over = SuggestionQueue(store).over() is not None or (cap is not None and tried >= cap)
     if over and not any(r.state == "preempted" for r in live):  # a preempted run resumes
         return "finished"
     return f"stopped ({len(live)}/{cap} runs)" if cap else f"stopped ({len(live)} runs, more left)"

@@ -97,6 +97,7 @@ def problems(
     max_epochs: int | None,
     gpus_per_trial: int,
     compiled_update: bool = False,
+    repeats: int = 1,
 ) -> list[str]:
     """Every reason the PBT sweep `config` cannot run as asked (none for other methods);
     `compiled_update`: the trials compile the optimizer's update (compile.optimizer)."""
@@ -132,6 +133,12 @@ def problems(
     if config.get("metrics"):
         found.append(
             "hydra.sweeper.metrics: PBT ranks members by one metric; set metric: {name, goal}"
+        )
+    if repeats != 1:
+        found.append(
+            f"hydra.sweeper.repeats={repeats} does not go with method=pbt: members copy each "
+            "other, so their seeds are not independent repeats; drop repeats (or search "
+            "with random, grid or bayes and repeats)"
         )
     if gpus_per_trial > 1:
         found.append(

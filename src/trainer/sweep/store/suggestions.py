@@ -129,11 +129,19 @@ class SuggestionQueue:
         return int(db.execute(t.suggestions.insert().values(**values)).inserted_primary_key[0])
 
     def claim(
-        self, *, new_id: Any, agent_pid: int, rerun_crashed: bool, pool: Any = None
+        self,
+        *,
+        new_id: Any,
+        agent_pid: int,
+        rerun_crashed: bool,
+        pool: Any = None,
+        wrap: Any = None,
     ) -> RunRecord | Busy | None:
         """The next run for an agent, exactly once: a crashed run to rerun (as the store hands
         those out), else the oldest queued suggestion, taken off the queue in the same
-        transaction that records the run (its search_info names the suggestion)."""
+        transaction that records the run (its search_info names the suggestion). `wrap`, given
+        the popping proposal, returns the one to use (hydra.sweeper.repeats hands out the
+        repeats of a configuration before popping the next)."""
         s, w = t.suggestions.c, t.waiting_agents.c
         me = Holder.of(agent_pid)
 
@@ -147,8 +155,9 @@ class SuggestionQueue:
             db.execute(delete(t.suggestions).where(s.seq == row[0]))
             return json.loads(row[1]), {**json.loads(row[2]), "suggestion": row[0]}
 
+        propose = pop_or_wait if wrap is None else wrap(pop_or_wait)
         return self.store.claim(
-            pop_or_wait, new_id=new_id, agent_pid=agent_pid, rerun_crashed=rerun_crashed, pool=pool
+            propose, new_id=new_id, agent_pid=agent_pid, rerun_crashed=rerun_crashed, pool=pool
         )
 
     # agents waiting for a run --------------------------------------------------------------

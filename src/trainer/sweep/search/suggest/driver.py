@@ -14,6 +14,7 @@ from sqlalchemy import Connection
 
 from trainer.outputs.layout import SweepLayout
 from trainer.sweep.search.custom_method import engine_of
+from trainer.sweep.search.repeats import Repeats, collapsed, configurations, proposer
 from trainer.sweep.search.suggest.wandb_door import OptimizerSession, TrialView
 from trainer.sweep.store.database import TERMINAL, RunRecord, SweepStore
 from trainer.sweep.store.directory import new_id
@@ -48,6 +49,7 @@ class SchedulerDriver:
         self.engine = str(engine_of(config))
         self.log = optimizer_log(layout, sweep_id)
         self.token = uuid.uuid4().hex
+        self.repeats = Repeats.of_store(store)  # told one mean per configuration, no pruning
         self.session: OptimizerSession | None = None  # told the store's runs: ours to drive
         self.spare: OptimizerSession | None = None  # built, told nothing: for a takeover
         self.generation: int | None = None
@@ -96,6 +98,8 @@ class SchedulerDriver:
 
     def _sync(self, db: Connection) -> None:
         runs = [r for r in self.store.runs() if not r.superseded]
+        if self.repeats is not None:  # one run per configuration: the mean once all ended
+            runs = collapsed(configurations(runs), self.repeats, self.config.get("metric"))
         for suggestion in self.queue.queued(db):  # queued by an earlier holder: adopt them
             if suggestion.seq not in self.queued:
                 view = TrialView(f"queued-{suggestion.seq}", suggestion.params, "queued")
@@ -132,6 +136,8 @@ class SchedulerDriver:
             del self.tracked[run.id]
 
     def _prune(self, db: Connection, runs: list[RunRecord]) -> None:
+        if self.repeats is not None:  # a configuration is judged on all its seeds' ends
+            return
         candidates = {
             self.tracked[r.id]: r
             for r in runs
@@ -209,7 +215,11 @@ class SchedulerEngine:
         try:
             while not stop():
                 claimed = self.driver.queue.claim(
-                    new_id=new_id, agent_pid=agent_pid, rerun_crashed=rerun_crashed, pool=pool
+                    new_id=new_id,
+                    agent_pid=agent_pid,
+                    rerun_crashed=rerun_crashed,
+                    pool=pool,
+                    wrap=self._repeating,
                 )
                 if claimed is not None:
                     return claimed
@@ -226,6 +236,12 @@ class SchedulerEngine:
         finally:
             if waiting:
                 self.driver.queue.wait(agent_pid, False)
+
+    def _repeating(self, pop: Any) -> Any:
+        """The queue's proposal with hydra.sweeper.repeats: a configuration's missing repeats
+        before the next suggestion (each suggestion is one configuration)."""
+        metric = self.driver.config.get("metric")
+        return proposer(self.driver.repeats, metric, pop, told_collapsed=False)
 
     def should_stop(self, run_id: str) -> bool:
         """Drive the optimizer (when ours); whether `run_id` is to stop now."""
