@@ -141,3 +141,16 @@ def test_sweep_devices_packs_trials_on_a_device(tmp_path):
     figures = sweep_devices.main([*args, "--out", str(tmp_path)])
     assert figures["runs"] == [("finished", "0")] * 4
     assert "Speed-up of packing" in (tmp_path / "sweep_devices.md").read_text()
+
+
+@pytest.mark.slow
+def test_pbt_writes_its_table(tmp_path):
+    from benchmarks import pbt
+
+    args = ["--seeds", "0", "--members", "2", "--epochs", "2", "--methods", "pbt,random"]
+    rows = pbt.main([*args, "--out", str(tmp_path)])
+    assert [r["method"] for r in rows] == ["pbt", "random"]
+    assert all(r["runs"] == 2 and r["epochs"] == 4 and r["recompiles"] == 0 for r in rows)
+    text = (tmp_path / "pbt.md").read_text()
+    assert "| pbt | 1 |" in text and "The best final val/acc came from" in text
+    assert json.loads((tmp_path / "pbt.json").read_text())[0]["method"] == "pbt"

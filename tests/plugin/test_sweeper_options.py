@@ -21,10 +21,11 @@ from trainer.sweep.spec.translate import build_sweep_config
 SPACE = "{optimizer.lr: {distribution: log_uniform_values, min: 0.001, max: 0.5}}"
 
 
-def test_at_most_four_keys_are_untyped_and_they_are_the_free_w_b_blocks():
+def test_at_most_five_keys_are_untyped_and_they_are_the_free_blocks():
+    """W&B's free blocks, the search space in Hydra's spelling, and the devices' spellings."""
     hints = typing.get_type_hints(WandbSweeperConf)
     untyped = {name for name, hint in hints.items() if hint is typing.Any}
-    assert untyped == {"parameters", "scheduler", "early_terminate", "devices"}
+    assert untyped == {"parameters", "params", "scheduler", "early_terminate", "devices"}
 
 
 def test_every_option_of_sweep_options_is_a_key_of_the_sweeper_with_its_default():
@@ -41,6 +42,11 @@ def test_a_whole_search_space_on_the_command_line_needs_no_plus():
     }
     cfg = make_cfg("sweep=lr_random", f"hydra.sweeper.parameters={SPACE}")  # merged into its own
     assert cfg.hydra.sweeper.parameters["optimizer.lr"]["min"] == 0.001
+    hydra_spelling = "{optimizer.lr: 'tag(log, interval(0.001, 0.5))'}"
+    cfg = make_cfg("hydra/sweeper=wandb", f"hydra.sweeper.params={hydra_spelling}")
+    assert cfg.hydra.sweeper.params == {"optimizer.lr": "tag(log, interval(0.001, 0.5))"}
+    cfg = make_cfg("sweep=lr_params", f"hydra.sweeper.params={hydra_spelling}")
+    assert cfg.hydra.sweeper.params["optimizer.lr"] == "tag(log, interval(0.001, 0.5))"
 
 
 def test_typed_keys_compose_and_multi_objective_metrics_keep_only_what_is_set():

@@ -229,7 +229,8 @@ def dry_run(
     write_sweep_yaml(sweep_config, path)
     print(path.read_text(), end="")
     print(f"# written to {path}: `wandb sweep {path}` creates this sweep on the W&B server")
-    print(f"# runs: {repeating.runs_line(run_count(sweep_config), repeats)}")
+    members = " (the PBT population: members)" if "pbt" in sweep_config else ""
+    print(f"# runs: {repeating.runs_line(run_count(sweep_config), repeats)}{members}")
 
 
 def with_repeats(

@@ -41,8 +41,9 @@ class WandbSweeperConf:
     # The same search space in Hydra's sweepers' spelling (Optuna, Nevergrad, Ax): Hydra key or
     # config group -> Hydra's override grammar, e.g. optimizer.lr: tag(log, interval(1e-4, 1e-1)),
     # model: choice(small_cnn, resnet18); a plain value is fixed for every trial. Use one of the
-    # two spellings; the command line's sweeps (key=a,b) go with either.
-    params: Optional[dict[str, Any]] = None  # noqa: UP045
+    # two spellings; the command line's sweeps (key=a,b) go with either. Typed Any as
+    # `parameters` (a dict typed on the command line merges into no Optional[dict] node)
+    params: Any = None
     # multi-objective (method: custom): [{name: val/acc, goal: maximize}, {name: ..., goal: ...}]
     metrics: Optional[list[MetricConf]] = None  # noqa: UP045
     # method: custom: {engine: optuna | ax | wandb, source: file.py, optimizer: study factory in

@@ -157,6 +157,7 @@ class Member:
             str(snapshot),
         )  # fmt: skip
         exchange.publish(self.settings, own)
+        exchange.prune(self.settings, epoch)
         step = exchange.decide(self.settings, own)
         self.lineage.add(step)
         self.lineage.write(self.settings.folder, self.settings.member)

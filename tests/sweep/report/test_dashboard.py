@@ -226,3 +226,24 @@ def test_an_unknown_sweep_is_refused_before_serving(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
         sweep_cli(["--root", str(tmp_path), "dashboard", "nope", "--port", "0"])
     assert stop.value.code == 2 and "no local sweep 'nope'" in capsys.readouterr().err
+
+
+def test_a_pbt_sweep_draws_each_members_schedule_with_its_copies():
+    from trainer.sweep.report.dashboard.figures import pbt_schedule
+
+    lineage = [
+        {"epoch": 0, "params": {"optimizer.lr": 0.01}, "copied_from": None},
+        {"epoch": 1, "params": {"optimizer.lr": 0.2}, "copied_from": "b"},
+    ]
+    view = {
+        "method": "pbt",
+        "best": "a",
+        "parameters": [{"name": "optimizer.lr", "log": True}],
+        "runs": [{"id": "a", "lineage": lineage}, {"id": "b", "lineage": lineage[:1]}],
+    }
+    fig = pbt_schedule(view)
+    assert fig.layout.title.text.startswith("PBT schedule: optimizer.lr of each member")
+    assert fig.layout.yaxis.type == "log" and [t.name for t in fig.data] == ["a", "b"]
+    assert fig.data[0].y == (0.01, 0.2) and fig.data[0].marker.symbol == ("circle", "diamond")
+    assert fig.data[0].text == ("kept", "copied b")
+    assert pbt_schedule({**view, "method": "random"}) is None

@@ -162,3 +162,38 @@ def test_checks_name_each_key_that_cannot_change_in_place():
         {"method": "random", "parameters": {"model.width": {"values": [1]}}}, []
     )
     assert pbt_checks.problems(other, "wandb", 1, 4) == []
+
+
+def test_checkpoints_go_once_every_member_has_passed_their_boundary(tmp_path):
+    s = settings(tmp_path, population=2)
+    for member in ("a", "b"):
+        report(tmp_path, member, 0.5, epoch=1)
+    report(tmp_path, "a", 0.6, epoch=2)
+    assert exchange.prune(s, 2) == []  # b has not reached epoch 2: it may still copy from 1
+    report(tmp_path, "b", 0.7, epoch=2)
+    removed = exchange.prune(s, 2)
+    assert sorted(p.parent.name for p in removed) == ["a", "b"]
+    assert {p.name for p in tmp_path.glob("*/*.pt")} == {"epoch-0002.pt"}
+    assert [r.member for r in exchange.reports_at(s, 2)] == ["a", "b"]
+
+
+def test_pbt_members_of_every_machine_report_to_the_first_agents_folder(tmp_path, capsys):
+    import json
+
+    from trainer.outputs.layout import SweepLayout
+    from trainer.sweep.agents.local_agent import _pbt_env
+    from trainer.sweep.trial.pbt_exchange import ENV
+
+    config = {"metric": {"name": "val/acc", "goal": "maximize"}, "pbt": {"population": 2}}
+    config["parameters"] = {"optimizer.lr": {"values": [0.1, 0.01]}}
+    from trainer.sweep.store.database import SweepStore
+
+    store = SweepStore(tmp_path / "a" / "s" / "sweep.db")
+    here, there = SweepLayout(tmp_path / "a" / "s"), SweepLayout(tmp_path / "b" / "s")
+    folder = lambda env: json.loads(env[ENV])["folder"]  # noqa: E731
+    assert folder(_pbt_env(store, config, here)) == str(here.pbt)
+    assert folder(_pbt_env(store, config, there)) == str(here.pbt)  # shared: one population
+    assert capsys.readouterr().out == ""
+    store.set("pbt_folder", "/nowhere/on/this/machine/pbt")
+    assert folder(_pbt_env(store, config, there)) == str(there.pbt)
+    assert "is not on this machine" in capsys.readouterr().out

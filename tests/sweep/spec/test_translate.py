@@ -458,3 +458,8 @@ def test_fixed_overrides_are_every_argument_after_the_entry_point():
     ]  # fmt: skip
     wandb_default = ["${env}", "${interpreter}", "${program}", "${args}", "b=2"]
     assert fixed_overrides({"command": wandb_default}) == ["b=2"]
+
+
+def test_params_that_are_not_a_mapping_are_named():
+    with pytest.raises(TranslationError, match=r"hydra.sweeper.params='abc' must map Hydra keys"):
+        build_sweep_config({"params": "abc"}, [])

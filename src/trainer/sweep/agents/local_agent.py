@@ -101,6 +101,30 @@ def _final_state(
     return "failed"
 
 
+PBT_FOLDER = "pbt_folder"  # the store key of the one folder every PBT member reports to
+
+
+def _pbt_env(store: SweepStore, config: dict, layout: SweepLayout) -> dict[str, str]:
+    """A PBT sweep's member environment: every member of every machine reports to the folder
+    of the first agent (a shared file system); where this machine cannot see that folder, its
+    members compare with its own members only, as it says."""
+    with store.transaction() as db:  # the first agent of any machine sets it, once
+        folder = store.get(PBT_FOLDER, db=db)
+        if folder is None:
+            folder = str(layout.pbt)
+            store.set(PBT_FOLDER, folder, db)
+    if not Path(folder).parent.is_dir():
+        print(
+            f"agent: the sweep's PBT folder {folder} is not on this machine, so its members "
+            f"report to {layout.pbt} and compare with this machine's members only; put the "
+            "sweep folder on a file system every machine shares (hydra.sweep.dir) to make "
+            "one population",
+            flush=True,
+        )
+        folder = str(layout.pbt)
+    return pbt_exchange.member_env(config, Path(folder))
+
+
 class GaveUp(TrainerError):
     """Too many runs in a row failed: the agent stopped (exit 1); the message names them."""
 
@@ -137,6 +161,9 @@ class LocalAgent:
         self.share: cpu_share.Share | None = None  # this agent's CPUs (its slot in the store)
         # The GPUs its trials may take (the sweep's, or its own --devices); None: not assigned.
         self.pool = gpu_slots.agent_pool(self.store.get("devices"), devices)
+        self.pbt_env = (
+            _pbt_env(self.store, self.config, layout) if pbt_exchange.is_pbt(self.config) else {}
+        )
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         """Forward SIGTERM/SIGINT to the running trial once (it saves and exits; a cluster's
@@ -270,7 +297,7 @@ class LocalAgent:
             **self.share.env(),
             **gpu_slots.trial_env(run.devices),
             **cache_env.trial_env(self.layout),  # the sweep's compile-cache bundle
-            **pbt_exchange.member_env(self.config, self.layout.pbt),  # method: pbt
+            **self.pbt_env,  # method: pbt
         }
         verb = "resuming" if resume else "starting"
         where = f" on GPU {','.join(run.devices)}" if run.devices else ""

@@ -83,6 +83,11 @@ def params_overrides(params: Any) -> list[str]:
     """`hydra.sweeper.params` (Hydra's sweeper spelling: key -> a value in Hydra's override
     grammar, `choice(a, b)`, `tag(log, interval(1e-4, 1e-1))`, or a plain value every trial
     gets) as the overrides it stands for, checked one by one so that an error names its key."""
+    if params is not None and not isinstance(params, dict):
+        raise TranslationError(
+            f"hydra.sweeper.params={params!r} must map Hydra keys to values in Hydra's override "
+            "grammar, e.g. hydra.sweeper.params={optimizer.lr: 'tag(log, interval(1e-4, 1e-1))'}"
+        )
     lines = []
     for key, value in (params or {}).items():
         text = "null" if value is None else str(value)

@@ -8,6 +8,7 @@ import json
 import os
 import secrets
 import string
+import textwrap
 from pathlib import Path
 
 import yaml
@@ -136,7 +137,9 @@ def write_sweep_yaml(config: dict, path: str | Path) -> None:
     """Write exactly the W&B sweep configuration (what `wandb sweep sweep.yaml` accepts), with the
     local-only keys as comments above it."""
     notes = "".join(
-        f"# {key}: {json.dumps(config[key], sort_keys=True)}\n#   {why}\n"
+        f"# {key}: {json.dumps(config[key], sort_keys=True)}\n"
+        + textwrap.fill(why, 79, initial_indent="#   ", subsequent_indent="#   ")
+        + "\n"
         for key, why in LOCAL_ONLY.items()
         if key in config
     )

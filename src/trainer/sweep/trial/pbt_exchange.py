@@ -196,6 +196,20 @@ def reports_at(settings: Settings, epoch: int) -> list[Report]:
     return found
 
 
+def prune(settings: Settings, epoch: int) -> list[Path]:
+    """Remove the checkpoints of the boundaries every member has gone past: once the whole
+    population reported `epoch`, each decided at every earlier boundary, so no one copies from
+    those any more (a sweep keeps one checkpoint per member, not one per interval)."""
+    if len(reports_at(settings, epoch)) < settings.population:
+        return []
+    removed = []
+    for path in Path(settings.folder).glob("*/epoch-*.pt"):
+        if int(path.stem.split("-")[1]) < epoch:
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
 def ranked(settings: Settings, reports: list[Report]) -> list[Report]:
     """Best first (ties: by member id, so every member ranks alike)."""
     sign = -1.0 if settings.maximize else 1.0

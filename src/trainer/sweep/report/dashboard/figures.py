@@ -1,6 +1,7 @@
 """The dashboard's charts as Plotly figures, built from a sweep's view (snapshot.view): every
 run's metric per epoch, parallel coordinates, parameter importance, the Pareto front of two
-objectives, and compile time against steady step time. Each title says what it plots."""
+objectives, compile time against steady step time, and a PBT sweep's schedule. Each title says
+what it plots."""
 
 from __future__ import annotations
 
@@ -238,6 +239,46 @@ def compile_cost(view: dict[str, Any]) -> go.Figure:
     return fig
 
 
+def pbt_schedule(view: dict[str, Any]) -> go.Figure | None:
+    """method pbt: each member's value of the first explored parameter by epoch (a step line),
+    a diamond where it copied a leader; None for other methods."""
+    if view["method"] != "pbt":
+        return None
+    name = view["parameters"][0]["name"] if view["parameters"] else None
+    title = f"PBT schedule: {name} of each member by epoch (◆ a copy of a leader)"
+    members = [r for r in view["runs"] if r["lineage"]]
+    if name is None or not members:
+        return _empty(title, "no member has started yet")
+    log = view["parameters"][0]["log"]
+    fig = go.Figure(
+        layout=_layout(
+            title,
+            "hover a diamond for the leader it copied",
+            xaxis={"title": {"text": "epoch"}, "dtick": 1},
+            yaxis={"title": {"text": name}, "type": "log" if log else "linear"},
+        )
+    )
+    for r in members:
+        steps = r["lineage"]
+        fig.add_trace(
+            go.Scatter(
+                x=[s["epoch"] for s in steps],
+                y=[s["params"].get(name) for s in steps],
+                text=[f"copied {s['copied_from']}" if s["copied_from"] else "kept" for s in steps],
+                mode="lines+markers",
+                line={"shape": "hv", "width": 3 if r["id"] == view["best"] else 1.5},
+                marker={
+                    "symbol": ["diamond" if s["copied_from"] else "circle" for s in steps],
+                    "size": [11 if s["copied_from"] else 5 for s in steps],
+                },
+                name=r["id"],
+                hovertemplate=f"{r['id']}<br>epoch %{{x}}<br>{name} %{{y:.4g}}<br>%{{text}}"
+                "<extra></extra>",
+            )
+        )
+    return fig
+
+
 def figures(view: dict[str, Any]) -> dict[str, go.Figure]:
     """The page's charts in its order (the Pareto front only with two objectives)."""
     charts = {
@@ -246,6 +287,7 @@ def figures(view: dict[str, Any]) -> dict[str, go.Figure]:
         "importance": importance(view),
         "pareto": pareto_front(view),
         "compile": compile_cost(view),
+        "pbt": pbt_schedule(view),
     }
     return {key: fig for key, fig in charts.items() if fig is not None}
 

@@ -69,6 +69,7 @@ def run_row(entry: dict[str, Any], record: RunRecord, config: dict, names: list[
         "heartbeat_age_s": None if beat is None else max(now - beat, 0.0),
         "command": "python -m trainer " + shlex.join(leaderboard.best_overrides(config, entry)),
         "curves": _curves(record, names),
+        "lineage": entry.get("lineage") or [],  # method pbt: its values and copies by epoch
         **_timings(record, entry),
     }
 
