@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from trainer.config.rules import ConfigError
 from trainer.errors import TrainerError
 from trainer.outputs.layout import SweepLayout
 from trainer.sweep.agents import cpu_share
@@ -67,6 +68,20 @@ def _create(
     write_sweep_yaml(config, layout.yaml)
     print(f"sweep {sweep_id}: created {layout.root}", flush=True)
     return sweep_id, layout, store
+
+
+def _same_repeats(sweep_id: str, store: SweepStore, asked: Repeats | None) -> None:
+    """A resumed sweep repeats as it was created: hydra.sweeper.repeats given anew and
+    different is refused (a sweep's configurations cannot change their number of seeds)."""
+    kept = Repeats.of_store(store)
+    if asked is None or asked == kept:
+        return
+    was = kept.count if kept is not None else 1
+    raise ConfigError(
+        f"hydra.sweeper.repeats={asked.count} (seeds {', '.join(map(str, asked.seeds))}) "
+        f"differs from sweep {sweep_id}'s {was} (kept in its store since it was created): "
+        "resume it without hydra.sweeper.repeats, or start a new sweep to repeat differently"
+    )
 
 
 def _reopen(
@@ -190,6 +205,7 @@ def run_sweep(
             repeats.record(store)
     else:
         sweep_id, layout, store = _reopen(sweep_id, root, directory, storage)
+        _same_repeats(sweep_id, store, repeats)
     store.set("state", "running")
     store.set("max_retries", options.max_retries)  # how often a lost run is handed out again
     if devices is not None:  # the GPUs its agents hand out (gpu_slots), this command's choice

@@ -274,3 +274,16 @@ def test_an_optuna_sweep_hands_out_each_suggestion_with_every_seed_then_asks_aga
         assert values == [pytest.approx(0.3), pytest.approx(0.7)]  # one mean per configuration
     finally:
         engine.close()
+
+
+def test_a_resumed_sweep_refuses_other_repeats_and_keeps_its_own(tmp_path):
+    from trainer.config.rules import ConfigError
+    from trainer.sweep.local import _same_repeats
+
+    store = _store(tmp_path, GRID, rp.Repeats.of(2, 0))
+    _same_repeats("s1", store, None)  # resumed without the key: the sweep's own repeats
+    _same_repeats("s1", store, rp.Repeats.of(2, 0))
+    with pytest.raises(ConfigError, match=r"hydra.sweeper.repeats=3 .* differs from sweep s1's 2"):
+        _same_repeats("s1", store, rp.Repeats.of(3, 0))
+    with pytest.raises(ConfigError, match="differs from sweep s2's 1"):
+        _same_repeats("s2", _store(tmp_path / "b", GRID, None), rp.Repeats.of(2, 0))
