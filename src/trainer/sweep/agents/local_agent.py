@@ -101,18 +101,15 @@ def _final_state(
     return "failed"
 
 
-PBT_FOLDER = "pbt_folder"  # the store key of the one folder every PBT member reports to
-
-
 def _pbt_env(store: SweepStore, config: dict, layout: SweepLayout) -> dict[str, str]:
     """A PBT sweep's member environment: every member of every machine reports to the folder
     of the first agent (a shared file system); where this machine cannot see that folder, its
     members compare with its own members only, as it says."""
     with store.transaction() as db:  # the first agent of any machine sets it, once
-        folder = store.get(PBT_FOLDER, db=db)
+        folder = store.get(pbt_exchange.FOLDER_KEY, db=db)
         if folder is None:
             folder = str(layout.pbt)
-            store.set(PBT_FOLDER, folder, db)
+            store.set(pbt_exchange.FOLDER_KEY, folder, db)
     if not Path(folder).parent.is_dir():
         print(
             f"agent: the sweep's PBT folder {folder} is not on this machine, so its members "

@@ -123,8 +123,9 @@ def results(
         return {**res, "runs": runs, "best": None}
     if pbt_exchange.is_pbt(config):  # each member's schedule: what it copied and explored
         res.update(method="pbt", pbt=pbt_exchange.settings_of(config))
+        folder = store.get(pbt_exchange.FOLDER_KEY)  # every machine's members report there
         for e in runs:
-            e["lineage"] = pbt_exchange.lineage_of(e["run_dir"])
+            e["lineage"] = pbt_exchange.lineage_of(folder, e["id"])
     runs.sort(key=_rank_key(metric))
     ranked = [e for e in runs if e["metric"] is not None and e["state"] in ("finished", "stopped")]
     repeats = repeating.Repeats.of_store(store)

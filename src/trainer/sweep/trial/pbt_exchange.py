@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 RUN_ID_ENV = "WANDB_RUN_ID"  # the member's id: its run's, set for every trial
+FOLDER_KEY = "pbt_folder"  # the store key of the one folder every member of the sweep reports to
 ENV = "TRAINER_PBT"  # the member's settings (JSON), set by the agent for a PBT sweep's trials
 KEY = "pbt"  # a PBT sweep configuration's block of settings (beside W&B's keys)
 # The keys a member changes in place, without rebuilding or recompiling anything.
@@ -290,10 +291,9 @@ def member_env(config: dict[str, Any], folder: Path) -> dict[str, str]:
     return settings.to_env()
 
 
-def lineage_of(run_dir: str | Path | None) -> list[dict[str, Any]]:
-    """The lineage of the member whose run directory is `run_dir` (<sweep>/runs/<id>), as
-    results.json gives it: one entry per interval, {epoch, params, copied_from, ...}."""
-    if not run_dir:
+def lineage_of(folder: str | Path | None, member: str) -> list[dict[str, Any]]:
+    """The lineage of `member` in the sweep's PBT folder (`FOLDER_KEY`; None: no member has
+    started), as results.json gives it: one entry per interval, {epoch, params, copied_from}."""
+    if not folder:
         return []
-    run = Path(run_dir)
-    return [asdict(s) for s in Lineage.read(run.parents[1] / KEY, run.name).steps]
+    return [asdict(s) for s in Lineage.read(folder, member).steps]
