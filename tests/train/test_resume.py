@@ -84,9 +84,31 @@ def test_resuming_a_finished_run_says_how_to_train_further(cfg_factory, tmp_path
 def test_resume_auto_of_a_finished_run_trains_nothing_and_exits_0(cfg_factory, tmp_path, capsys):
     run_dir = _finished(cfg_factory, tmp_path)
     before = (run_dir / "summary.json").read_text()
+    row = (run_dir / "metrics.jsonl").read_text()
+    (run_dir / "metrics.jsonl").write_text("")  # killed after saving last.pt, before its row
     result = run(cfg_factory(*FAST, "trainer.max_epochs=1", "trainer.resume=auto"), run_dir=run_dir)
     assert "this run is already at epoch 1 of trainer.max_epochs=1" in capsys.readouterr().out
     assert "val/acc" in result and (run_dir / "summary.json").read_text() == before
+    assert (run_dir / "metrics.jsonl").read_text() == row  # the checkpoint's history gives it
+
+
+def test_metrics_jsonl_is_aligned_with_the_checkpoint_history(tmp_path):
+    from trainer.train.resume import align_metrics
+
+    path, rows = tmp_path / "metrics.jsonl", [{"epoch": e, "val/acc": e / 10} for e in (1, 2, 3)]
+    lines = [json.dumps(r) + "\n" for r in rows]
+    path.write_text("".join(lines[:2]))
+    inode = path.stat().st_ino
+    align_metrics(path, rows)  # a row lost to a kill: appended, the file is the same file
+    assert path.read_text() == "".join(lines) and path.stat().st_ino == inode
+    align_metrics(path, rows[:1])  # resumed from an earlier checkpoint: later rows dropped
+    assert path.read_text() == lines[0]
+    path.write_text(lines[0] + lines[1][:7])  # a torn last line
+    align_metrics(path, rows[:2])
+    assert path.read_text() == "".join(lines[:2])
+    fresh = tmp_path / "new" / "metrics.jsonl"  # resumed into a new run directory
+    align_metrics(fresh, rows)
+    assert fresh.read_text() == "".join(lines)
 
 
 def test_summary_paths_name_only_written_checkpoints(tmp_path):

@@ -3,7 +3,9 @@ what the resumed run still has to do (nothing, when it already trained its whole
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,7 +75,29 @@ def restore(
     state.restore(path, is_main=is_main)
     p = state.progress
     done = p.epoch >= t.max_epochs or (t.max_steps is not None and p.step >= t.max_steps)
+    if is_main and (t.resume == "auto" or not done):  # a refused resume writes nothing
+        align_metrics(layout.metrics, p.history)
     return Resumed(path, t.resume == "auto", t, done, _wandb_id(path))
+
+
+def align_metrics(path: Path, history: list[dict[str, float]]) -> None:
+    """metrics.jsonl says what the resumed checkpoint's history says. A kill between saving
+    last.pt and appending the epoch's row left that row out: it is appended (the lines already
+    there stay as they are, for an agent reading the file as it grows). A resume from an earlier
+    checkpoint (best.pt) drops the rows of the epochs it trains again."""
+    rows = [json.dumps(row) for row in history]
+    text = path.read_text() if path.is_file() else ""
+    lines = text.splitlines() if text.endswith("\n") or not text else None  # None: a torn line
+    if lines == rows:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if lines is not None and lines == rows[: len(lines)]:
+        with open(path, "a") as handle:
+            handle.write("".join(row + "\n" for row in rows[len(lines) :]))
+        return
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text("".join(row + "\n" for row in rows))
+    os.replace(partial, path)
 
 
 def _wandb_id(checkpoint: Path) -> str | None:

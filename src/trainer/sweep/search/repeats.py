@@ -5,10 +5,12 @@ seeds once all have ended, and the report ranks configurations by mean ± std.""
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from trainer.sweep.search.classic import metric_value
 from trainer.sweep.store.database import TERMINAL, RunRecord, SweepStore
 
 SEED = "trainer.seed"  # the key whose value differs between the repeats of a configuration
@@ -156,22 +158,16 @@ def configurations(runs: list[RunRecord]) -> list[Configuration]:
 
 def metric_of(run: RunRecord, name: str) -> float | None:
     """The run's last logged value of `name` (W&B's summary value), if a finite number."""
-    for row in reversed(run.history):
-        if name in row:
-            value = row[name]
-            ok = isinstance(value, int | float) and math.isfinite(value)
-            return float(value) if ok else None
-    return None
+    value = metric_value(run, {"name": name})
+    ok = isinstance(value, int | float) and math.isfinite(value)
+    return float(value) if ok else None
 
 
 def spread(values: list[float]) -> tuple[float | None, float | None]:
     """(mean, sample standard deviation) of the values; std 0.0 for one value, None for none."""
     if not values:
         return None, None
-    mean = sum(values) / len(values)
-    if len(values) == 1:
-        return mean, 0.0
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
 def collapsed(
