@@ -6,8 +6,11 @@ local agent and its trial (no SLURM). For each fault and store (SQLite, PostgreS
 finished exactly once / lost / trained twice from scratch, the sweep command's exit code, and
 the seconds from the fault to the interrupted run training again. Writes sweep_faults.md and
 .json under outputs/benchmarks/ (`--out DIR` elsewhere, `--publish` to benchmarks/results/).
+`--method pbt` runs a PBT population of 3 members instead of the grid (sweep_faults_pbt.md):
+members finished exactly once, each with a lineage entry for every epoch.
 
     python -m benchmarks.sweep_faults [--faults requeue,agent_sigkill] [--stores sqlite,postgresql]
+        [--method grid|pbt]
 """
 
 from __future__ import annotations
@@ -32,17 +35,25 @@ from trainer.sweep.store.opening import open_store
 
 POINTS = (0.05, 0.02, 0.01)  # the grid: optimizer.lr
 EPOCHS = 12  # per trial: long enough that the fault lands mid-trial
-SWEEP = [
+COMMON = [
     "-m",
     "hydra/sweeper=wandb",
-    "hydra.sweeper.method=grid",
     "hydra.sweeper.metric={name: val/acc, goal: maximize}",
-    f"optimizer.lr=choice({','.join(map(str, POINTS))})",
     "compile=off",
     "logger=none",
     "data.batch_size=16",
     f"trainer.max_epochs={EPOCHS}",
 ]
+SWEEPS = {  # --method: the grid of POINTS, or a PBT population of as many members
+    "grid": ["hydra.sweeper.method=grid", f"optimizer.lr=choice({','.join(map(str, POINTS))})"],
+    "pbt": [
+        "hydra.sweeper.method=pbt",
+        f"hydra.sweeper.pbt.population={len(POINTS)}",
+        "hydra.sweeper.parameters={optimizer.lr: {distribution: log_uniform_values, "
+        f"min: {min(POINTS)}, max: {max(POINTS)}}}}}",
+    ],
+}
+SWEEP = [*COMMON, *SWEEPS["grid"]]
 SLURM_JOBS = [
     "hydra/launcher=submitit_slurm",
     "hydra.launcher.cpus_per_task=1",
@@ -58,10 +69,11 @@ class Outcome:
 
     fault: str
     store: str
+    method: str = "grid"
     exit_code: int | None = None
-    finished_once: int = 0  # grid points whose one run finished
-    lost: int = 0  # grid points with no finished run
-    trained_twice: int = 0  # grid points trained from scratch more than once
+    finished_once: int = 0  # grid points (PBT: members) whose one run finished
+    lost: int = 0  # grid points (members) with no finished run
+    trained_twice: int = 0  # grid points (members) trained from scratch more than once
     # the run training when the fault came: "resumed" (from its last.pt), "not interrupted" (the
     # fault spared it: slurmctld restarted), or "NOT resumed"
     victim_ended: str = "NOT resumed"
@@ -208,9 +220,10 @@ LOCAL = ("agent_sigkill",)  # faults without SLURM
 
 
 def sweep_argv(
-    fault: str, storage: str | None, partition: str | None, agents: int = 2
+    fault: str, storage: str | None, partition: str | None, agents: int = 2, method: str = "grid"
 ) -> list[str]:
-    argv = [sys.executable, "-m", "trainer", *SWEEP, f"hydra.sweeper.agents={agents}"]
+    argv = [sys.executable, "-m", "trainer", *COMMON, *SWEEPS[method]]
+    argv.append(f"hydra.sweeper.agents={agents}")
     if fault not in LOCAL:
         argv += [*SLURM_JOBS, f"hydra.launcher.partition={partition}"]
     if fault == "time_limit":
@@ -256,16 +269,21 @@ def _scratch_starts(run) -> int:
 
 def judge(outcome: Outcome, out: Path, victim, fault_at: float) -> None:
     """Fill `outcome` from the sweep's store and its runs' logs."""
-    store = open_store(next(out.glob("sweeps/*/sweep.yaml")).parent)
+    sweep_dir = next(out.glob("sweeps/*/sweep.yaml")).parent
+    store = open_store(sweep_dir)
     runs = [r for r in store.runs() if not r.superseded]
     store.close()
-    by_point: dict[float, list] = {}
-    for r in runs:
-        by_point.setdefault(r.params["optimizer.lr"], []).append(r)
-    for point in POINTS:
+    by_point: dict[float | str, list] = {}
+    for r in runs:  # a PBT member is its run: its values change as it goes
+        by_point.setdefault(
+            r.id if outcome.method == "pbt" else r.params["optimizer.lr"], []
+        ).append(r)
+    whole = _whole_lineages(sweep_dir) if outcome.method == "pbt" else None
+    for point in [*by_point] if whole is not None else POINTS:
         tries = by_point.get(point, [])
         finished = [r for r in tries if r.state == "finished"]
-        outcome.finished_once += len(finished) == 1 and len(tries) == 1
+        complete = whole is None or point in whole
+        outcome.finished_once += len(finished) == 1 and len(tries) == 1 and complete
         outcome.lost += not finished
         outcome.trained_twice += sum(_scratch_starts(r) for r in tries) > 1
     (after,) = [r for r in runs if r.id == victim.id] or [None]
@@ -287,17 +305,28 @@ def judge(outcome: Outcome, out: Path, victim, fault_at: float) -> None:
             outcome.recover_s = round(after.started_at - fault_at, 1)
 
 
+def _whole_lineages(sweep_dir: Path) -> set[str]:
+    """The PBT members whose lineage in results.json has an entry for every epoch they trained."""
+    path = sweep_dir / "results.json"
+    runs = json.loads(path.read_text())["runs"] if path.is_file() else []
+    return {
+        r["id"]
+        for r in runs
+        if [s["epoch"] for s in r.get("lineage") or []] == list(range(r["epochs"]))
+    }
+
+
 def run_fault(
     fault: str, workdir: Path, storage: str | None = None, partition: str | None = None,
-    node: str | None = None, agents: int = 2,
+    node: str | None = None, agents: int = 2, method: str = "grid",
 ) -> Outcome:  # fmt: skip
     """Run the sweep (`agents` agents), inject `fault` mid-trial, wait for the sweep command;
     what it left."""
-    outcome = Outcome(fault, "postgresql" if storage else "sqlite")
+    outcome = Outcome(fault, "postgresql" if storage else "sqlite", method)
     out = workdir / "outputs"
     started = time.monotonic()
     proc = subprocess.Popen(
-        sweep_argv(fault, storage, partition, agents),
+        sweep_argv(fault, storage, partition, agents, method),
         cwd=workdir,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -360,7 +389,9 @@ def stores(names: list[str]) -> Iterator[list[tuple[str, str | None]]]:
 
 
 def markdown(rows: list[Outcome], meta: dict) -> str:
-    head = ["fault", "store", "points finished once", "lost", "trained twice", "exit",
+    pbt = any(r.method == "pbt" for r in rows)
+    what = "members" if pbt else "points"
+    head = ["fault", "store", f"{what} finished once", "lost", "trained twice", "exit",
             "run hit mid-trial", "recover (s)", "wall (s)"]  # fmt: skip
     table = [
         dict(zip(head, [
@@ -371,11 +402,12 @@ def markdown(rows: list[Outcome], meta: dict) -> str:
         for r in rows
     ]  # fmt: skip
     ok = all(r.ok for r in rows)
+    command = "python -m benchmarks.sweep_faults" + (" --method pbt" if pbt else "")
     return "\n".join(
         [
-            "# Sweep faults",
+            "# Sweep faults" + (" (PBT)" if pbt else ""),
             "",
-            f"{meta['machine']}; {meta['sweep']}. `python -m benchmarks.sweep_faults --publish`.",
+            f"{meta['machine']}; {meta['sweep']}. `{command} --publish`.",
             "",
             "A fault lands mid-trial (the victim run has logged epochs); *recover* is the time "
             "from the fault to the victim run training again (resumed from its last.pt), the "
@@ -384,9 +416,10 @@ def markdown(rows: list[Outcome], meta: dict) -> str:
             "",
             *md_table.table(table, head),
             "",
-            "Every fault left every point finished exactly once, exit 0."
+            *(["A member finished once has a lineage entry for every epoch.", ""] if pbt else []),
+            f"Every fault left every {what[:-1]} finished exactly once, exit 0."
             if ok
-            else "NOT every fault left every point finished exactly once with exit 0.",
+            else f"NOT every fault left every {what[:-1]} finished exactly once with exit 0.",
             "",
         ]
     )
@@ -406,6 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.sweep_faults", description=__doc__)
     parser.add_argument("--faults", default=",".join(FAULTS))
     parser.add_argument("--stores", default="sqlite,postgresql")
+    parser.add_argument("--method", choices=sorted(SWEEPS), default="grid")
     destination.add_arguments(parser)
     args = parser.parse_args(argv)
     from benchmarks.sweep_cluster import slurm_partition
@@ -420,22 +454,31 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             for name, url in chosen:
                 with tempfile.TemporaryDirectory(prefix=f"fault-{fault}-") as work:
-                    row = run_fault(fault, Path(work), url, partition, node[0] if node else None)
+                    row = run_fault(
+                        fault, Path(work), url, partition, node[0] if node else None,
+                        method=args.method,
+                    )  # fmt: skip
                 rows.append(row)
                 print(f"{fault} on {name}: {'ok' if row.ok else 'FAILED'} {asdict(row)['victim']}")
                 if not row.ok:
                     print(row.output_tail[-3000:])
+    sweep = (
+        f"PBT population of {len(POINTS)} members"
+        if args.method == "pbt"
+        else f"grid of {len(POINTS)} points"
+    )
     meta = {
         "machine": f"{os.cpu_count()} CPUs, {platform.platform()}",
-        "sweep": f"grid of {len(POINTS)} points, 2 agents, {EPOCHS} epochs of small_cnn/digits",
+        "sweep": f"{sweep}, 2 agents, {EPOCHS} epochs of small_cnn/digits",
     }
     folder = destination.folder(args)
-    rows = _with_earlier(folder / "sweep_faults.json", rows)
-    (folder / "sweep_faults.json").write_text(
+    name = "sweep_faults" + ("_pbt" if args.method == "pbt" else "")
+    rows = _with_earlier(folder / f"{name}.json", rows)
+    (folder / f"{name}.json").write_text(
         json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=2)
     )
-    (folder / "sweep_faults.md").write_text(markdown(rows, meta))
-    print((folder / "sweep_faults.md").read_text())
+    (folder / f"{name}.md").write_text(markdown(rows, meta))
+    print((folder / f"{name}.md").read_text())
     return 0 if all(r.ok for r in rows) else 1
 
 

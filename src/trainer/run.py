@@ -62,9 +62,8 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
     resumed = restore(state, t, layout, is_main=ctx.is_main)  # None: a fresh start
     if resumed is not None and resumed.done:
         return resumed.already_done(state.progress)
-    member = pbt.member_of(layout, ctx.world_size)  # a PBT sweep's trial: None otherwise
-    if member is not None:
-        member.join(state, t)
+    composed = flatten(state.config)  # the sweep's values, before a PBT member's lineage's
+    member = pbt.joined(layout, ctx.world_size, state, t)  # a PBT sweep's trial: else None
     compiled, auto = compile_model(conf, state, data, device, dtype, ctx)
     if conf.compile.warm_only:  # compile into the cache and the bundle, train nothing
         return warm_only(
@@ -72,7 +71,7 @@ def run(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, floa
         )
     train_model = distributed.wrap(state.model, ctx)  # compiled in place, then wrapped
 
-    tracker = open_tracker(conf, state.config, cfg, layout, ctx.is_main, resumed)
+    tracker = open_tracker(conf, composed, cfg, layout, ctx.is_main, resumed)
     fit_plan = FitPlan(
         state=state,
         train_model=train_model,
@@ -201,7 +200,7 @@ def resolved_config(conf: TrainConfig) -> dict[str, Any]:
 
 def open_tracker(
     conf: TrainConfig,
-    resolved: dict[str, Any],
+    flat_config: dict[str, Any],
     cfg: DictConfig,
     layout: RunLayout,
     is_main: bool,
@@ -214,7 +213,7 @@ def open_tracker(
     return start_tracker(
         conf.logger,
         run_dir=layout.root,
-        flat_config=flatten(resolved),
+        flat_config=flat_config,
         choices=_choices(cfg),
         resume_id=None if resumed is None else resumed.wandb_id,
     )

@@ -217,3 +217,14 @@ def member_of(layout: RunLayout, world_size: int) -> Member | None:
             "hydra.sweeper.method=pbt"
         )
     return Member(settings, layout)
+
+
+def joined(
+    layout: RunLayout, world_size: int, state: TrainState, trainer: TrainerConfig
+) -> Member | None:
+    """This trial's PBT membership, joined (the values its lineage gives from here on), or
+    None outside a PBT sweep."""
+    member = member_of(layout, world_size)
+    if member is not None:
+        member.join(state, trainer)
+    return member

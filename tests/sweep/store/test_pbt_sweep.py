@@ -66,9 +66,10 @@ def test_a_pbt_sweep_copies_leaders_without_recompiling(store, compiled_update, 
 
 
 def test_a_member_killed_with_its_agent_resumes_by_id_with_its_lineage(tmp_path):
-    """kill -9 of the sweep command, its agent and a member mid-run (after its first decision);
-    `python -m trainer.agent ID` resumes that member in place from its last.pt, with the values
-    its lineage gives, and trains the rest of the population."""
+    """kill -9 of the sweep command, its agent and a member mid-run, after it copied a leader
+    (its values are the lineage's, not the ones the sweep started it with); `python -m
+    trainer.agent ID` resumes that member in place from its last.pt, with the values its
+    lineage gives, and trains the rest of the population."""
     import contextlib
     import signal
     import subprocess
@@ -85,15 +86,16 @@ def test_a_member_killed_with_its_agent_resumes_by_id_with_its_lineage(tmp_path)
         argv, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     deadline, victim, db = time.monotonic() + 300, None, None
-    while time.monotonic() < deadline and victim is None:  # the 2nd member past its 1st decision
+    while time.monotonic() < deadline and victim is None:  # a member that copied, mid-run
         found = list(tmp_path.glob("sweeps/*/sweep.db"))
         runs = SweepStore(found[0]).runs() if found else []
-        for run in (r for r in runs if r.state == "running" and r.seq == 1):
+        for run in (r for r in runs if r.state == "running"):
             lineage = found[0].parent / "pbt" / run.id / "lineage.json"
-            if lineage.is_file() and '"epoch": 1' in lineage.read_text():
-                victim, db = run.id, found[0]
-        time.sleep(0.2)
-    assert victim is not None, "the second member never reached its first decision"
+            steps = json.loads(lineage.read_text()) if lineage.is_file() else []
+            if any(s["copied_from"] for s in steps) and steps[-1]["epoch"] < 3:
+                victim, db = run.id, found[0]  # its values are no longer the sweep's
+        time.sleep(0.1)
+    assert victim is not None, "no member copied a leader before its last decision"
     doomed = [psutil.Process(sweeper.pid), *psutil.Process(sweeper.pid).children(recursive=True)]
     for process in doomed:
         with contextlib.suppress(psutil.NoSuchProcess):
