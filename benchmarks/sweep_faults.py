@@ -273,17 +273,15 @@ def judge(outcome: Outcome, out: Path, victim, fault_at: float) -> None:
     store = open_store(sweep_dir)
     runs = [r for r in store.runs() if not r.superseded]
     store.close()
+    pbt = outcome.method == "pbt"  # a PBT member is its run: its values change as it goes
     by_point: dict[float | str, list] = {}
-    for r in runs:  # a PBT member is its run: its values change as it goes
-        by_point.setdefault(
-            r.id if outcome.method == "pbt" else r.params["optimizer.lr"], []
-        ).append(r)
-    whole = _whole_lineages(sweep_dir) if outcome.method == "pbt" else None
-    for point in [*by_point] if whole is not None else POINTS:
+    for r in runs:
+        by_point.setdefault(r.id if pbt else r.params["optimizer.lr"], []).append(r)
+    whole = _whole_lineages(sweep_dir) if pbt else set(POINTS)
+    for point in by_point if pbt else POINTS:
         tries = by_point.get(point, [])
         finished = [r for r in tries if r.state == "finished"]
-        complete = whole is None or point in whole
-        outcome.finished_once += len(finished) == 1 and len(tries) == 1 and complete
+        outcome.finished_once += len(finished) == 1 and len(tries) == 1 and point in whole
         outcome.lost += not finished
         outcome.trained_twice += sum(_scratch_starts(r) for r in tries) > 1
     (after,) = [r for r in runs if r.id == victim.id] or [None]
