@@ -122,6 +122,7 @@ def _wait_for(proc: subprocess.Popen, text: str, timeout: float) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.pyversion  # CPython's signal handling mid-step
 def test_sigterm_saves_and_resume_matches_uninterrupted(tmp_path):
     args = [
         # small_cnn with batch 4: ~360 cheap steps per epoch, so the signal lands mid-epoch

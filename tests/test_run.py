@@ -57,6 +57,7 @@ def test_compiled_run_keeps_clean_checkpoint_keys(cfg_factory, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.pyversion  # Inductor's C++ build against this interpreter
 def test_inductor_compiles_a_tiny_model(cfg_factory, tmp_path):
     result = run(cfg_factory("logger=none", "trainer.max_epochs=2"), run_dir=tmp_path)
     summary = json.loads((tmp_path / "summary.json").read_text())

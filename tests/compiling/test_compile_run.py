@@ -17,6 +17,7 @@ def _summary(run_dir):
     return json.loads((run_dir / "summary.json").read_text())
 
 
+@pytest.mark.pyversion  # Dynamo traces this interpreter's bytecode
 def test_standard_run_compiles_one_train_and_one_eval_graph(cfg_factory, tmp_path):
     # digits: 1437 training and 360 validation samples, neither a multiple of 64.
     cfg = cfg_factory("logger=none", "trainer.max_epochs=2", "compile.backend=aot_eager")
@@ -50,6 +51,7 @@ def test_unknown_mode_exits_2_listing_the_valid_modes(tmp_path):
     assert "compile.mode='turbo'" in proc.stderr and "max-autotune" in proc.stderr
 
 
+@pytest.mark.pyversion  # the cache key holds the Python version
 def test_second_process_hits_the_persistent_cache(tmp_path, record_property):
     """Inductor on a tiny model, twice, in fresh processes sharing a fresh cache directory."""
     env = {"TRAINER_CACHE_DIR": str(tmp_path / "cache")}

@@ -419,6 +419,7 @@ def shell(tmp_path) -> Shell:
 
 
 @pytest.mark.slow
+@pytest.mark.pyversion  # the Quick start's terminal on this interpreter: no third-party warning
 def test_scenario_single(shell):
     """A run, its config, wandb sync --dry-run, resuming it further and evaluating it."""
     proc = _type(shell, "python -m trainer --cfg job")

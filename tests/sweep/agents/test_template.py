@@ -19,7 +19,10 @@ from trainer.sweep.agents.trial_start import ENV_SWITCH, TrialStarter, TrialTemp
 
 ROOT = Path(__file__).resolve().parents[3]
 PROBE = "tests.sweep.agents.template_probe"
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the template forks (Linux)")
+pytestmark = [
+    pytest.mark.skipif(sys.platform != "linux", reason="the template forks (Linux)"),
+    pytest.mark.pyversion,  # CPython's fork and signal dispositions, version by version
+]
 
 
 @pytest.fixture(scope="module")
