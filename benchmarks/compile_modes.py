@@ -20,11 +20,11 @@ from pathlib import Path
 import torch
 
 from trainer.compiling import apply_compile, torch_private
-from trainer.compiling.auto import timed_steps
 from trainer.config.schema import CompileConfig, DataConfig, ModelConfig, OptimizerConfig
 from trainer.data.plan import Placement, build_data
 from trainer.hardware.devices import grad_scaler, resolve_precision
 from trainer.train import speed
+from trainer.train.compile_auto import timed_steps
 from trainer.train.models import build_model, input_spec
 from trainer.train.optim import build_optimizer
 from trainer.train.step import StepRules, train_step

@@ -1,6 +1,6 @@
-"""The shape of src/: which way imports point (the training rooms in one layer order, training
-never imports the sweep side but for the trial interface, the compile cache is a service training
-calls through one interface), no circle of imports, short functions with few parameters, one
+"""The shape of src/: which way imports point (the training rooms in one layer order without
+exemptions, the trial contract a room of its own that both sides import, training never imports
+the sweep side, the compile cache a service training calls through one interface), no circle, short functions with few parameters, one
 error handler, and an `import trainer` that does nothing but define the package."""
 
 from __future__ import annotations
@@ -20,13 +20,9 @@ SRC = ROOT.parent
 PORT = "trainer.sweep.search.wandb_sweeps"
 # The sweep side: the sweep package, its agent command and the Hydra sweeper plugin.
 SWEEP_SIDE = ("trainer.sweep", "trainer.agent", "hydra_plugins.wandb_sweeper")
-# What the training side may import of the sweep side: what an agent hands a trial (its argv and
-# the parameter file). Light modules that import nothing else of the sweep side.
-TRIAL_INTERFACE = (
-    "trainer.sweep.trial.trial_argv",
-    "trainer.sweep.trial.trial_params",
-    "trainer.sweep.trial.pbt_exchange",
-)
+# The trial contract: what a run reads and writes for the agent that started it (its argv, the
+# parameter file, a PBT member's files). Both sides import it; it imports no other project room.
+TRIAL = "trainer.trial"
 # What the training side may import of the compile cache: the session a run opens and closes.
 CACHE_INTERFACE = ("trainer.cache.session", "trainer.cache.workload")
 # What the compile cache may import of the rest: the schemas, paths and the one error type.
@@ -38,12 +34,16 @@ CACHE_NEEDS = (
 )
 # The training rooms, lowest first: a module imports its own room and the rooms below it, never
 # one above, nor a loose module of trainer/ (`run.py`, `preflight.py`, ... sit above them all).
+# No room is exempt: compiling/ compiles (train/ calls it); what measures compile-or-not by
+# training steps (compile=auto, warm_only) lives in train/.
 LAYERS = (
     "trainer.errors",
+    "trainer.trial",
     "trainer.config",
     "trainer.hardware",
     "trainer.data",
     "trainer.outputs",
+    "trainer.compiling",
     "trainer.train",
 )
 # Loose modules of trainer/ beside its packages: entry points, the preflight and the error type.
@@ -111,15 +111,15 @@ def test_the_rules_see_every_room():
     rooms = {
         m.split(".")[2] for m in MODULES if m.startswith("trainer.sweep.") and m.count(".") > 2
     }
-    assert {"spec", "search", "store", "agents", "report"} <= rooms
+    assert {"definition", "search", "store", "agents", "report"} <= rooms
     assert any(_is_training(m) for m in MODULES) and PORT in MODULES
 
 
 # The sweep side's rooms import one way, down this order: the trial interface (what an agent
 # hands a trial, read by training too) and the store know no other room, the search engines
-# read the store, the spec checks a definition with the engines' knowledge, and
+# read the store, the definition room checks a definition with the engines' knowledge, and
 # the agents and the report use all three (and never each other).
-SWEEP_ROOMS = {"trial": 0, "store": 0, "search": 1, "spec": 2, "agents": 3, "report": 3}
+SWEEP_ROOMS = {"store": 0, "search": 1, "definition": 2, "agents": 3, "report": 3}
 
 
 def _sweep_room(module: str) -> str | None:
@@ -139,37 +139,29 @@ def test_sweep_rooms_import_one_way():
 
 
 def test_training_never_imports_the_sweep_side():
-    """...except the trial interface, which an agent and a trial share."""
+    """Not even lazily: what a trial shares with its agent is the trial contract, trainer.trial."""
     wrong = sorted(
-        f"{m} -> {t}"
-        for m in MODULES
-        if _is_training(m)
-        for t in GRAPH[m]
-        if _in(t, SWEEP_SIDE) and t not in TRIAL_INTERFACE
+        f"{m} -> {t}" for m in MODULES if _is_training(m) for t in GRAPH[m] if _in(t, SWEEP_SIDE)
     )
     assert wrong == []
 
 
-def test_the_trial_interface_is_light():
-    """The trial interface imports nothing else of the sweep side, and importing it loads no
-    other project module (it runs before Hydra starts, in every trial)."""
-    assert all(t in MODULES for t in TRIAL_INTERFACE)
-    wrong = sorted(
-        f"{m} -> {t}"
-        for m in TRIAL_INTERFACE
-        for t in GRAPH[m]
-        if _in(t, SWEEP_SIDE) and t not in TRIAL_INTERFACE
-    )
+def test_the_trial_contract_is_its_own_light_room():
+    """The contract imports no other project room, and importing it loads no other project
+    module (it runs before Hydra starts, in every trial)."""
+    contract = sorted(m for m in MODULES if _in(m, (TRIAL,)))
+    assert {f"{TRIAL}.trial_argv", f"{TRIAL}.trial_params", f"{TRIAL}.pbt_files"} <= set(contract)
+    assert not any(_in(m, (TRIAL,)) for m in MODULES if m.startswith("trainer.sweep."))
+    wrong = sorted(f"{m} -> {t}" for m in contract for t in GRAPH[m] if not _in(t, (TRIAL,)))
     assert wrong == []
     code = (
         "import sys; "
-        + "; ".join(f"import {m}" for m in TRIAL_INTERFACE)
+        + "; ".join(f"import {m}" for m in contract)
         + "; print(sorted(m for m in sys.modules if m.startswith('trainer')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = set(eval(out.stdout))  # noqa: S307 (a list of names printed above)
-    packages = {"trainer", "trainer.sweep", "trainer.sweep.trial"}
-    assert loaded == packages | set(TRIAL_INTERFACE)
+    assert loaded == {"trainer", *contract}
 
 
 def _layer(module: str) -> int | None:
@@ -202,7 +194,7 @@ def test_the_layers_name_every_training_room():
     rooms = {
         m.split(".")[1] for m in MODULES if m.count(".") >= 2 and MODULES[m].parent.parent == ROOT
     }
-    assert rooms - {"sweep", "cache", "compiling"} == {r.split(".")[1] for r in LAYERS[1:]}
+    assert rooms - {"sweep", "cache"} == {r.split(".")[1] for r in LAYERS[1:]}
 
 
 def test_trainer_keeps_few_loose_modules():

@@ -101,7 +101,7 @@ def cli() -> None:
     a sweep, the torchrun ranks agree on one run directory (each a no-op otherwise), then Hydra
     runs."""
     from trainer.config.paths import expand_path_argv
-    from trainer.sweep.trial.trial_argv import repair_sys_argv
+    from trainer.trial.trial_argv import repair_sys_argv
 
     sys.argv = expand_path_argv(repair_sys_argv(sys.argv))  # `~`, `$HOME` in path keys
     sys.argv = sweep_as_multirun(sys.argv)  # `sweep=<name>` without -m, on Hydra 1.3 and 1.4

@@ -18,8 +18,6 @@ from trainer import compiling
 from trainer.cache.session import close_session, open_session
 from trainer.cache.workload import label as workload_label
 from trainer.compiling import trace
-from trainer.compiling.auto import StepRecipe, maybe_decide, planned_steps
-from trainer.compiling.warm import warm_only
 from trainer.config.schema import ConfigError, TrainConfig, flatten
 from trainer.data.plan import DataBundle, DataPlan, Placement, build_data, plan_data
 from trainer.hardware import devices, distributed, threads
@@ -29,12 +27,14 @@ from trainer.outputs.tracking import Tracker, start_tracker
 from trainer.preflight import validate
 from trainer.train import pbt, speed
 from trainer.train.checkpoint import TrainState
+from trainer.train.compile_auto import StepRecipe, maybe_decide, planned_steps
 from trainer.train.ema import maybe_average
 from trainer.train.fit import FitPlan, Interrupted, finish, fit
 from trainer.train.models import build_model, input_spec
 from trainer.train.optim import build_optimizer, build_scheduler
 from trainer.train.resume import Resumed, restore
 from trainer.train.step import Progress
+from trainer.train.warm_only import warm_only
 
 __all__ = ["Interrupted", "resolve_run_dir", "run"]
 

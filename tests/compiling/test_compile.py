@@ -287,7 +287,7 @@ def test_auto_measurement_leaves_the_model_and_the_rng_untouched(caplog):
 
     from torch.utils.data import DataLoader, TensorDataset
 
-    from trainer.compiling import auto as compile_auto
+    from trainer.train import compile_auto
 
     data = TensorDataset(torch.randn(32, 4), torch.randint(0, 3, (32,)))
     model = _tiny()
@@ -317,7 +317,7 @@ def test_auto_measurement_leaves_the_model_and_the_rng_untouched(caplog):
 def test_auto_times_the_training_step_with_its_precision_and_clipping(monkeypatch):
     from torch.utils.data import DataLoader, TensorDataset
 
-    from trainer.compiling import auto as compile_auto
+    from trainer.train import compile_auto
     from trainer.train.step import train_step
 
     calls = []

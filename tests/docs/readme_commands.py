@@ -151,7 +151,7 @@ NOT_A_FOLDER = ("train", "outputs")
 
 def source_paths(path: Path) -> list[tuple[int, str]]:
     """(line, name) of every project file, folder or module a page names in backticks or
-    `python -m`: `src/trainer/run.py`, `sweep/spec/`, `translate.py`, `trainer.sweep.search`."""
+    `python -m`: `src/trainer/run.py`, `sweep/definition/`, `translate.py`, `trainer.sweep.search`."""
     src_dirs = {p.name for p in (ROOT / "src").rglob("*") if p.is_dir()} - set(NOT_A_FOLDER)
     found = []
     for number, raw in enumerate(path.read_text().splitlines(), 1):

@@ -965,7 +965,7 @@ def _names_a_module(dotted: str) -> bool:
 
 
 def test_every_file_folder_and_module_a_page_names_exists():
-    """After the source tree moves, no page names a module path that is gone: `sweep/spec/`,
+    """After the source tree moves, no page names a module path that is gone: `sweep/definition/`,
     `translate.py`, `src/trainer/config/schema.py`, `trainer.sweep.search.wandb_sweeps`."""
     paths = _project_paths()
     wrong = []

@@ -56,8 +56,8 @@ def test_missing_or_torn_summary_reads_as_none(tmp_path, caplog, content):
 
 
 def test_planned_steps_counts_what_is_left():
-    from trainer.compiling.auto import planned_steps
     from trainer.config.schema import TrainerConfig
+    from trainer.train.compile_auto import planned_steps
 
     assert planned_steps(TrainerConfig(max_epochs=3), per_epoch=10, done=4) == 26
     assert planned_steps(TrainerConfig(max_epochs=3, max_steps=12), per_epoch=10, done=4) == 8

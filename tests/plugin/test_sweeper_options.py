@@ -15,8 +15,8 @@ from hydra_plugins.wandb_sweeper.config import WandbSweeperConf
 from tests.conftest import make_cfg
 from trainer.config.overrides import check_overrides
 from trainer.config.rules import ConfigError
+from trainer.sweep.definition.translate import build_sweep_config
 from trainer.sweep.options import AgentHooks, SweepOptions
-from trainer.sweep.spec.translate import build_sweep_config
 
 SPACE = "{optimizer.lr: {distribution: log_uniform_values, min: 0.001, max: 0.5}}"
 

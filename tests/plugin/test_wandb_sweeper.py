@@ -14,8 +14,8 @@ from omegaconf import OmegaConf
 
 from tests.conftest import CONF, make_cfg, run_cli
 from trainer.config.schema import flatten
-from trainer.sweep.spec.problems import sweep_problems
-from trainer.sweep.spec.translate import build_sweep_config, run_count
+from trainer.sweep.definition.problems import sweep_problems
+from trainer.sweep.definition.translate import build_sweep_config, run_count
 
 SWEEPS = sorted(p.stem for p in (CONF / "sweep").glob("*.yaml"))
 TINY = ["compile=off", "logger=none", "trainer.max_epochs=1"]

@@ -23,9 +23,9 @@ from wandb.sdk.lib import config_util
 from tests.conftest import ROOT, make_cfg
 from tests.wandb_records import records, run_config
 from trainer.sweep import server
+from trainer.sweep.definition.problems import schema_problems
+from trainer.sweep.definition.translate import build_sweep_config
 from trainer.sweep.options import SweepOptions
-from trainer.sweep.spec.problems import schema_problems
-from trainer.sweep.spec.translate import build_sweep_config
 
 SWEEP_ID = "abc12345"
 PARAMS = {

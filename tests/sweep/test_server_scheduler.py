@@ -12,8 +12,8 @@ import pytest
 
 from tests.sweep.test_server import SWEEP_ID, local_server  # noqa: F401  (the fixture)
 from trainer.sweep import server
+from trainer.sweep.definition.translate import build_sweep_config
 from trainer.sweep.options import SweepOptions
-from trainer.sweep.spec.translate import build_sweep_config
 
 OPTUNA = {
     "method": "custom",

@@ -12,11 +12,12 @@ from torch import nn
 
 from trainer.config.schema import ConfigError, OptimizerConfig, SchedulerConfig, TrainerConfig
 from trainer.outputs.layout import RunLayout
-from trainer.sweep.trial import pbt_exchange as exchange
+from trainer.sweep.search import pbt_policy
 from trainer.train import pbt
 from trainer.train.checkpoint import TrainState
 from trainer.train.optim import build_optimizer, build_scheduler
 from trainer.train.step import Progress
+from trainer.trial import pbt_files as exchange
 
 LR = {"distribution": "log_uniform_values", "min": 0.001, "max": 0.5}
 
@@ -74,18 +75,22 @@ def test_momentum_with_adamw_is_refused_before_training(tmp_path):
     s = state(name="adamw")
     settings = exchange.Settings(
         str(tmp_path / "pbt"), {"optimizer.momentum": {"values": [0.5, 0.9]}}, "val/acc", True,
-        member="a",
+        member="a", **pbt_policy.DEFAULTS,
     )  # fmt: skip
     with pytest.raises(ConfigError, match="optimizer.momentum: optimizer AdamW has no momentum"):
         pbt.Member(settings, RunLayout(tmp_path / "runs" / "a")).join(s, TrainerConfig())
 
 
 def test_a_member_stopped_after_deciding_copies_again_when_it_resumes(tmp_path):
+    ask = pbt_policy.decide  # the answer its agent would give
     folder = tmp_path / "pbt"
     settings = {"parameters": {"optimizer.lr": LR}, "metric": "val/acc", "maximize": True}
+    settings.update(pbt_policy.DEFAULTS)
     leader = state(seed=1, lr=0.3)
     leader_layout = RunLayout(tmp_path / "runs" / "b")
-    member_b = pbt.Member(exchange.Settings(str(folder), member="b", **settings), leader_layout)
+    member_b = pbt.Member(
+        exchange.Settings(str(folder), member="b", **settings), leader_layout, ask
+    )
     member_b.join(leader, TrainerConfig(max_epochs=4))  # a fresh start: its lineage's epoch 0
     leader.progress.epoch = 1
     leader.save(leader_layout.last)
@@ -95,7 +100,7 @@ def test_a_member_stopped_after_deciding_copies_again_when_it_resumes(tmp_path):
     lagging.progress.epoch = 1
     lagging.progress.history = [{"val/acc": 0.2}]
     lagging.save(layout.last)
-    member = pbt.Member(exchange.Settings(str(folder), member="a", **settings), layout)
+    member = pbt.Member(exchange.Settings(str(folder), member="a", **settings), layout, ask)
     member.lineage.add(exchange.Step(0, {"optimizer.lr": 0.01}))
     assert member.after_epoch(lagging, TrainerConfig(max_epochs=4), {"val/acc": 0.2}) is True
     step = member.lineage.steps[-1]

@@ -20,19 +20,19 @@ from trainer.preflight import validate
 from trainer.sweep.agents import cpu_share, gpu_slots
 from trainer.sweep.agents.launched import BASIC, LauncherJobs, launcher_name, launcher_problem
 from trainer.sweep.agents.outcome import agent_failure
-from trainer.sweep.options import AgentHooks, SweepOptions
-from trainer.sweep.search import repeats as repeating
-from trainer.sweep.spec.command import config_arguments, fixed_overrides
-from trainer.sweep.spec.custom_checks import check as scheduler_check
-from trainer.sweep.spec.custom_checks import definition_dirs, resolve_source
-from trainer.sweep.spec.pbt_checks import problems as pbt_problems
-from trainer.sweep.spec.problems import check_sweep
-from trainer.sweep.spec.translate import (
+from trainer.sweep.definition.command import config_arguments, fixed_overrides
+from trainer.sweep.definition.custom_checks import check as scheduler_check
+from trainer.sweep.definition.custom_checks import definition_dirs, resolve_source
+from trainer.sweep.definition.pbt_checks import problems as pbt_problems
+from trainer.sweep.definition.problems import check_sweep
+from trainer.sweep.definition.translate import (
     TranslationError,
     build_sweep_config,
     run_count,
     spelling_problems,
 )
+from trainer.sweep.options import AgentHooks, SweepOptions
+from trainer.sweep.search import repeats as repeating
 from trainer.sweep.store.directory import write_sweep_yaml
 
 

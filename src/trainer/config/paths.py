@@ -35,7 +35,7 @@ def expand(path: str | None) -> str | None:
 def expand_path_argv(argv: list[str]) -> list[str]:
     """argv with each path override holding `~` or `$VAR` expanded and written so Hydra reads
     it back as exactly that string; Hydra's own `${...}` interpolations are left to Hydra."""
-    from trainer.sweep.trial.trial_argv import hydra_value
+    from trainer.trial.trial_argv import hydra_value
 
     out = list(argv[:1])
     for arg in argv[1:]:

@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 
 def sweep_params() -> dict[str, Any] | None:
     """The parameters a sweep agent handed this process ({key: value}), or None."""
-    from trainer.sweep.trial.trial_params import sweep_param_values
+    from trainer.trial.trial_params import sweep_param_values
 
     path = os.environ.get("WANDB_SWEEP_PARAM_PATH")
     return sweep_param_values(path) if path else None

@@ -115,7 +115,7 @@ def run(
     import os
 
     from trainer.outputs.summary import RunSummary
-    from trainer.sweep.spec.command import expand
+    from trainer.sweep.definition.command import expand
 
     env = {BUNDLE_ENV: str(layout.compile_cache), **os.environ, **env}
     for i, target in enumerate(targets, 1):

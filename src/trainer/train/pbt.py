@@ -1,5 +1,5 @@
-"""A population-based-training member inside its trial: at each interval it reports its score,
-and when it lags it loads a leader's checkpoint into its own model, optimizer, EMA, schedule and
+"""A population-based-training member inside its trial: at each interval it reports its score
+and takes its agent's answer (trainer.trial.pbt_files); told to copy a leader, it loads a leader's checkpoint into its own model, optimizer, EMA, schedule and
 scaler, in place, then takes the explored hyperparameters as new values of the same tensors and
 fields, so the compiled model and the compiled optimizer keep their graphs (no recompile)."""
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,9 @@ import torch
 
 from trainer.config.schema import ConfigError, TrainerConfig
 from trainer.outputs.layout import RunLayout
-from trainer.sweep.trial import pbt_exchange as exchange
 from trainer.train.checkpoint import TrainState, load, load_model_state
 from trainer.train.optim import KERNEL_FLAGS
+from trainer.trial import pbt_files
 
 log = logging.getLogger(__name__)
 KEY = "hydra.sweeper.pbt"  # what a bad checkpoint of a leader is reported under
@@ -100,11 +101,19 @@ def load_optimizer_in_place(optimizer: torch.optim.Optimizer, saved: dict[str, A
 
 
 class Member:
-    """This trial as a member of a PBT population (trainer.sweep.trial.pbt_exchange)."""
+    """This trial as a member of a PBT population; `ask` gets the answer to a published report
+    (by default its agent's, through the PBT folder)."""
 
-    def __init__(self, settings: exchange.Settings, layout: RunLayout) -> None:
-        self.settings, self.layout = settings, layout
-        self.lineage = exchange.Lineage.read(settings.folder, settings.member)
+    def __init__(
+        self,
+        settings: pbt_files.Settings,
+        layout: RunLayout,
+        ask: Callable[
+            [pbt_files.Settings, pbt_files.Report], pbt_files.Step
+        ] = pbt_files.await_decision,
+    ) -> None:
+        self.settings, self.layout, self.ask = settings, layout, ask
+        self.lineage = pbt_files.Lineage.read(settings.folder, settings.member)
 
     def params(self, state: TrainState) -> dict[str, Any]:
         return {key: _dotted(state.config, key) for key in sorted(self.settings.parameters)}
@@ -127,7 +136,7 @@ class Member:
         self.check(state)
         epoch = state.progress.epoch
         if not self.lineage.steps:
-            self.lineage.add(exchange.Step(0, self.params(state)))
+            self.lineage.add(pbt_files.Step(0, self.params(state)))
             self.lineage.write(self.settings.folder, self.settings.member)
         boundary = state.progress.batches_done == 0 and self.settings.is_boundary(
             epoch, trainer.max_epochs
@@ -150,15 +159,14 @@ class Member:
 
     def decide(self, state: TrainState, trainer: TrainerConfig, row: dict[str, float]) -> bool:
         epoch = state.progress.epoch
-        snapshot = exchange.checkpoint_path(self.settings, epoch)
+        snapshot = pbt_files.checkpoint_path(self.settings, epoch)
         _keep(self.layout.last, snapshot)
-        own = exchange.Report(
+        own = pbt_files.Report(
             self.settings.member, epoch, float(row[self.settings.metric]), self.params(state),
             str(snapshot),
         )  # fmt: skip
-        exchange.publish(self.settings, own)
-        exchange.prune(self.settings, epoch)
-        step = exchange.decide(self.settings, own)
+        pbt_files.publish(self.settings, own)
+        step = self.ask(self.settings, own)
         self.lineage.add(step)
         self.lineage.write(self.settings.folder, self.settings.member)
         if step.copied_from is None:
@@ -172,7 +180,7 @@ class Member:
         )  # fmt: skip
         return True
 
-    def copy(self, state: TrainState, step: exchange.Step) -> None:
+    def copy(self, state: TrainState, step: pbt_files.Step) -> None:
         """The leader's checkpoint of this epoch into this run's objects, in place; this run's
         progress, history and random streams stay its own."""
         source = Path(self.settings.folder) / str(step.copied_from) / f"epoch-{step.epoch:04d}.pt"
@@ -203,12 +211,12 @@ def _keep(last: Path, snapshot: Path) -> None:
 
 def member_of(layout: RunLayout, world_size: int) -> Member | None:
     """This trial's PBT membership (from the agent's environment), None outside a PBT sweep."""
-    settings = exchange.Settings.from_env()
+    settings = pbt_files.Settings.from_env()
     if settings is None:
         return None
     if not settings.member:
         raise ConfigError(
-            f"{exchange.ENV} is set but {exchange.RUN_ID_ENV} is not: a PBT member is a run "
+            f"{pbt_files.ENV} is set but {pbt_files.RUN_ID_ENV} is not: a PBT member is a run "
             "its sweep agent starts (python -m trainer.agent), not a run of its own"
         )
     if world_size > 1:

@@ -18,9 +18,9 @@ import pytest
 from tests.sweep_commands import TRIAL
 from trainer.sweep.agents import gpu_slots
 from trainer.sweep.agents.gpu_slots import DevicePlan, DevicePool, fixed_slots, resolve, sweep_plan
+from trainer.sweep.definition.command import fixed_overrides, trial_command
 from trainer.sweep.local import run_sweep
 from trainer.sweep.options import SweepOptions
-from trainer.sweep.spec.command import fixed_overrides, trial_command
 from trainer.sweep.store.database import SweepStore
 from trainer.sweep.store.records import BUSY, RunRecord
 

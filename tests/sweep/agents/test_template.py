@@ -211,7 +211,7 @@ def test_only_python_m_trainer_on_this_interpreter_and_environment_is_forked(tem
 
 @pytest.mark.slow
 def test_a_torchrun_sweep_starts_no_template(tmp_path, capsys):
-    from trainer.sweep.spec.command import trial_command
+    from trainer.sweep.definition.command import trial_command
 
     starter = TrialStarter(
         dict(os.environ), (), tmp_path / "t.log", command=trial_command([], [], 2)
@@ -227,7 +227,7 @@ def test_a_torchrun_sweep_starts_no_template(tmp_path, capsys):
 def test_a_sweep_that_never_compiles_or_logs_skips_those_imports():
     from trainer.sweep.agents.forkable import template_flags
     from trainer.sweep.agents.template import _preimports
-    from trainer.sweep.spec.command import trial_command
+    from trainer.sweep.definition.command import trial_command
 
     assert template_flags(trial_command(["model=small_cnn"])) == template_flags(None) == []
     flags = template_flags(trial_command(["compile=off", "logger=none"]))

@@ -249,7 +249,7 @@ def test_schema_reports_the_same_violations(reference, name):
 def test_sweep_validation_reports_every_schema_violation(name):
     """validate.sweep_problems keeps each of W&B's messages (less the notes on base-e log
     distributions, which W&B still runs) and adds our own checks."""
-    from trainer.sweep.spec.problems import sweep_problems
+    from trainer.sweep.definition.problems import sweep_problems
 
     case = _cases("schema.json")[name]
     if "raises" in case:
@@ -285,7 +285,7 @@ def test_a_sweep_suggestion_imports_no_sweeps_and_warns_nothing():
 import sys
 from trainer.sweep.search import classic as engine
 from trainer.sweep.store.database import RunRecord
-from trainer.sweep.spec.problems import sweep_problems
+from trainer.sweep.definition.problems import sweep_problems
 config = {"method": "bayes", "metric": {"name": "val/loss", "goal": "minimize"},
           "early_terminate": {"type": "hyperband", "min_iter": 1, "eta": 2},
           "parameters": {"optimizer.lr": {"distribution": "log_uniform_values", "min": 1e-4, "max": 1.0},

@@ -8,21 +8,22 @@ import random
 import pytest
 import yaml
 
+from trainer.sweep.definition import pbt_checks
+from trainer.sweep.definition.problems import schema_problems
+from trainer.sweep.definition.translate import build_sweep_config, run_count
+from trainer.sweep.search import pbt_policy as policy
 from trainer.sweep.search.pbt_engine import next_member
-from trainer.sweep.spec import pbt_checks
-from trainer.sweep.spec.problems import schema_problems
-from trainer.sweep.spec.translate import build_sweep_config, run_count
 from trainer.sweep.store.database import RunRecord
 from trainer.sweep.store.directory import write_sweep_yaml
-from trainer.sweep.trial import pbt_exchange as exchange
+from trainer.trial import pbt_files
 
 LR = {"distribution": "log_uniform_values", "min": 0.001, "max": 0.5}
 
 
 def settings(tmp_path, member="a", **kw):
-    return exchange.Settings(
+    return pbt_files.Settings(
         folder=str(tmp_path), parameters={"optimizer.lr": LR}, metric="val/acc",
-        maximize=True, member=member, **kw,
+        maximize=True, member=member, **{**policy.DEFAULTS, **kw},
     )  # fmt: skip
 
 
@@ -30,8 +31,8 @@ def report(tmp_path, member, score, epoch=2, lr=0.1):
     ckpt = tmp_path / member / f"epoch-{epoch:04d}.pt"
     ckpt.parent.mkdir(parents=True, exist_ok=True)
     ckpt.write_bytes(b"x")
-    rep = exchange.Report(member, epoch, score, {"optimizer.lr": lr}, str(ckpt))
-    exchange.publish(settings(tmp_path, member), rep)
+    rep = pbt_files.Report(member, epoch, score, {"optimizer.lr": lr}, str(ckpt))
+    pbt_files.publish(settings(tmp_path, member), rep)
     return rep
 
 
@@ -39,70 +40,92 @@ def test_the_bottom_quantile_copies_a_leader_and_explores_its_values(tmp_path):
     for member, score in [("a", 0.9), ("b", 0.8), ("c", 0.7)]:
         report(tmp_path, member, score, lr=0.1)
     last = report(tmp_path, "d", 0.2, lr=0.001)
-    step = exchange.decide(settings(tmp_path, "d"), last)
+    step = policy.decide(settings(tmp_path, "d"), last)
     assert step.copied_from == "a" and step.leader_score == 0.9  # 4 members: top 1 of 4
     assert step.epoch == 2 and step.score == 0.2
     lr = step.params["optimizer.lr"]
     assert LR["min"] <= lr <= LR["max"] and lr != 0.001
     # the same member, epoch and seed decide alike (a resumed member redoes the same step)
-    assert exchange.decide(settings(tmp_path, "d"), last) == step
+    assert policy.decide(settings(tmp_path, "d"), last) == step
 
 
 def test_a_member_outside_the_bottom_keeps_its_checkpoint(tmp_path):
     for member, score in [("a", 0.9), ("b", 0.8), ("c", 0.7), ("d", 0.2)]:
         report(tmp_path, member, score)
-    step = exchange.decide(settings(tmp_path, "b"), report(tmp_path, "b", 0.8))
+    step = policy.decide(settings(tmp_path, "b"), report(tmp_path, "b", 0.8))
     assert step.copied_from is None and step.params == {"optimizer.lr": 0.1}
 
 
 def test_the_first_member_at_a_boundary_has_nobody_to_copy(tmp_path):
     alone = report(tmp_path, "a", 0.1)
-    assert exchange.decide(settings(tmp_path, "a"), alone).copied_from is None
+    assert policy.decide(settings(tmp_path, "a"), alone).copied_from is None
 
 
 def test_a_minimizing_metric_ranks_the_lowest_first(tmp_path):
-    s = exchange.Settings(str(tmp_path), {"optimizer.lr": LR}, "val/loss", False, member="b")
+    s = pbt_files.Settings(
+        str(tmp_path), {"optimizer.lr": LR}, "val/loss", False, member="b", **policy.DEFAULTS
+    )
     report(tmp_path, "a", 0.3)
-    step = exchange.decide(s, report(tmp_path, "b", 0.9))
+    step = policy.decide(s, report(tmp_path, "b", 0.9))
     assert step.copied_from == "a"
 
 
 @pytest.mark.parametrize(("n", "size"), [(1, 0), (2, 1), (4, 1), (5, 2), (8, 2)])
 def test_quantile_sizes_follow_ray_tunes_rule(tmp_path, n, size):
-    assert exchange.quantile_size(settings(tmp_path), n) == size
+    assert policy.quantile_size(settings(tmp_path), n) == size
 
 
 def test_explore_multiplies_within_bounds_or_moves_to_a_neighbour():
     rng = random.Random(0)
     for _ in range(200):
-        value = exchange.perturb(LR, 0.45, rng, 0.0)
+        value = policy.perturb(LR, 0.45, rng, 0.0)
         assert value in (pytest.approx(0.36), 0.5)  # x0.8, or x1.2 capped at max
     values = {"values": [0.0, 0.05, 0.1]}
-    assert {exchange.perturb(values, 0.05, rng, 0.0) for _ in range(50)} == {0.0, 0.1}
-    assert exchange.perturb({"value": 3}, 3, rng, 1.0) == 3
+    assert {policy.perturb(values, 0.05, rng, 0.0) for _ in range(50)} == {0.0, 0.1}
+    assert policy.perturb({"value": 3}, 3, rng, 1.0) == 3
     ints = {"distribution": "int_uniform", "min": 1, "max": 10}
-    assert all(isinstance(exchange.perturb(ints, 5, rng, 0.0), int) for _ in range(20))
+    assert all(isinstance(policy.perturb(ints, 5, rng, 0.0), int) for _ in range(20))
 
 
 def test_lineage_keeps_one_step_per_epoch(tmp_path):
-    lineage = exchange.Lineage()
-    lineage.add(exchange.Step(0, {"optimizer.lr": 0.1}))
-    lineage.add(exchange.Step(2, {"optimizer.lr": 0.2}, "b"))
-    lineage.add(exchange.Step(2, {"optimizer.lr": 0.3}, "c"))  # decided again after a resume
+    lineage = pbt_files.Lineage()
+    lineage.add(pbt_files.Step(0, {"optimizer.lr": 0.1}))
+    lineage.add(pbt_files.Step(2, {"optimizer.lr": 0.2}, "b"))
+    lineage.add(pbt_files.Step(2, {"optimizer.lr": 0.3}, "c"))  # decided again after a resume
     lineage.write(tmp_path, "a")
-    again = exchange.Lineage.read(tmp_path, "a")
+    again = pbt_files.Lineage.read(tmp_path, "a")
     assert [s.epoch for s in again.steps] == [0, 2] and again.at(3).copied_from == "c"
     assert again.at(1).params == {"optimizer.lr": 0.1}
-    assert exchange.lineage_of(tmp_path, "nobody") == []
-    assert exchange.lineage_of(None, "a") == []  # no member has started: no folder yet
-    assert [s["copied_from"] for s in exchange.lineage_of(tmp_path, "a")] == [None, "c"]
+    assert pbt_files.lineage_of(tmp_path, "nobody") == []
+    assert pbt_files.lineage_of(None, "a") == []  # no member has started: no folder yet
+    assert [s["copied_from"] for s in pbt_files.lineage_of(tmp_path, "a")] == [None, "c"]
+
+
+def test_the_agent_answers_each_report_once_and_the_member_takes_the_answer(tmp_path):
+    """A member publishes and waits; its agent's poll answers (and keeps answering only what is
+    new); the answer survives the member's death, so a resumed member takes the same one."""
+    for member, score in [("a", 0.9), ("b", 0.8), ("c", 0.7)]:
+        report(tmp_path, member, score)
+    last = report(tmp_path, "d", 0.1)
+    s = settings(tmp_path, "d")
+    [step] = policy.answer_reports(s, "d")
+    assert step == policy.decide(s, last) and step.copied_from in ("a", "b", "c")
+    assert policy.answer_reports(s, "d") == []  # answered once
+    assert pbt_files.await_decision(s, last, wait_s=1.0) == step
+    assert pbt_files.await_decision(s, last, wait_s=1.0) == step  # read again after a resume
+
+
+def test_a_member_whose_agent_does_not_answer_keeps_its_own_values(tmp_path):
+    own = report(tmp_path, "a", 0.5)
+    step = pbt_files.await_decision(settings(tmp_path, "a"), own, wait_s=0.1)
+    assert step.copied_from is None and step.params == own.params and step.epoch == own.epoch
 
 
 def test_settings_travel_in_one_environment_for_every_member(tmp_path):
     env = settings(tmp_path, member="").to_env()
-    back = exchange.Settings.from_env({**env, "WANDB_RUN_ID": "r1"})
+    back = pbt_files.Settings.from_env({**env, "WANDB_RUN_ID": "r1"})
     assert back.member == "r1" and back.parameters == {"optimizer.lr": LR}
-    assert exchange.Settings.from_env({}) is None
+    assert pbt_files.Settings.from_env({}) is None
     assert back.is_boundary(1, 4) and not back.is_boundary(4, 4) and not back.is_boundary(0, 4)
 
 
@@ -167,20 +190,17 @@ def test_checkpoints_go_once_every_member_has_passed_their_boundary(tmp_path):
     for member in ("a", "b"):
         report(tmp_path, member, 0.5, epoch=1)
     report(tmp_path, "a", 0.6, epoch=2)
-    assert exchange.prune(s, 2) == []  # b has not reached epoch 2: it may still copy from 1
+    assert pbt_files.prune(s, 2) == []  # b has not reached epoch 2: it may still copy from 1
     report(tmp_path, "b", 0.7, epoch=2)
-    removed = exchange.prune(s, 2)
+    removed = pbt_files.prune(s, 2)
     assert sorted(p.parent.name for p in removed) == ["a", "b"]
     assert {p.name for p in tmp_path.glob("*/*.pt")} == {"epoch-0002.pt"}
-    assert [r.member for r in exchange.reports_at(s, 2)] == ["a", "b"]
+    assert [r.member for r in pbt_files.reports_at(s, 2)] == ["a", "b"]
 
 
 def test_pbt_members_of_every_machine_report_to_the_first_agents_folder(tmp_path, capsys):
-    import json
-
     from trainer.outputs.layout import SweepLayout
-    from trainer.sweep.agents.local_agent import _pbt_env
-    from trainer.sweep.trial.pbt_exchange import ENV
+    from trainer.sweep.agents.local_agent import _pbt_settings
 
     config = {"metric": {"name": "val/acc", "goal": "maximize"}, "pbt": {"population": 2}}
     config["parameters"] = {"optimizer.lr": {"values": [0.1, 0.01]}}
@@ -188,10 +208,10 @@ def test_pbt_members_of_every_machine_report_to_the_first_agents_folder(tmp_path
 
     store = SweepStore(tmp_path / "a" / "s" / "sweep.db")
     here, there = SweepLayout(tmp_path / "a" / "s"), SweepLayout(tmp_path / "b" / "s")
-    folder = lambda env: json.loads(env[ENV])["folder"]  # noqa: E731
-    assert folder(_pbt_env(store, config, here)) == str(here.pbt)
-    assert folder(_pbt_env(store, config, there)) == str(here.pbt)  # shared: one population
+    folder = lambda settings: settings.folder  # noqa: E731
+    assert folder(_pbt_settings(store, config, here)) == str(here.pbt)
+    assert folder(_pbt_settings(store, config, there)) == str(here.pbt)  # shared: one population
     assert capsys.readouterr().out == ""
     store.set("pbt_folder", "/nowhere/on/this/machine/pbt")
-    assert folder(_pbt_env(store, config, there)) == str(there.pbt)
+    assert folder(_pbt_settings(store, config, there)) == str(there.pbt)
     assert "is not on this machine" in capsys.readouterr().out

@@ -7,7 +7,7 @@ import os
 import sys
 
 from trainer.cache.env import BUNDLE_ENV
-from trainer.sweep.trial.pbt_exchange import ENV as PBT_ENV
+from trainer.trial.pbt_files import ENV as PBT_ENV
 
 # A trial's environment may differ from its template's only in these (read after the fork).
 PER_TRIAL_PREFIXES = ("WANDB_",)

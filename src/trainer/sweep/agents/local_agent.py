@@ -22,14 +22,14 @@ from trainer.outputs.layout import SweepLayout
 from trainer.sweep.agents import cpu_share, cpu_slots, gpu_slots
 from trainer.sweep.agents.launched import WARNING_SIGNALS, ended_by_cluster
 from trainer.sweep.agents.trial_start import Trial, TrialStarter
-from trainer.sweep.search import dispatch
-from trainer.sweep.spec.command import expand
+from trainer.sweep.definition.command import expand
+from trainer.sweep.search import dispatch, pbt_policy
 from trainer.sweep.store.database import RunRecord, SweepStore
 from trainer.sweep.store.directory import sweep_id_of
 from trainer.sweep.store.opening import open_store
 from trainer.sweep.store.records import BUSY
-from trainer.sweep.trial import pbt_exchange
-from trainer.sweep.trial.trial_params import trial_env
+from trainer.trial.pbt_files import Settings as PbtSettings
+from trainer.trial.trial_params import trial_env
 
 POLL_S = 0.25  # how often a running trial's metrics, stop flag and exit are checked
 HEARTBEAT_S = 2.0  # how often the store hears that a run's agent is alive
@@ -101,15 +101,17 @@ def _final_state(
     return "failed"
 
 
-def _pbt_env(store: SweepStore, config: dict, layout: SweepLayout) -> dict[str, str]:
-    """A PBT sweep's member environment: every member of every machine reports to the folder
+def _pbt_settings(store: SweepStore, config: dict, layout: SweepLayout) -> PbtSettings | None:
+    """A PBT sweep's member settings (None for another method): every member of every machine reports to the folder
     of the first agent (a shared file system); where this machine cannot see that folder, its
     members compare with its own members only, as it says."""
+    if not pbt_policy.is_pbt(config):
+        return None
     with store.transaction() as db:  # the first agent of any machine sets it, once
-        folder = store.get(pbt_exchange.FOLDER_KEY, db=db)
+        folder = store.get(pbt_policy.FOLDER_KEY, db=db)
         if folder is None:
             folder = str(layout.pbt)
-            store.set(pbt_exchange.FOLDER_KEY, folder, db)
+            store.set(pbt_policy.FOLDER_KEY, folder, db)
     if not Path(folder).parent.is_dir():
         print(
             f"agent: the sweep's PBT folder {folder} is not on this machine, so its members "
@@ -119,7 +121,7 @@ def _pbt_env(store: SweepStore, config: dict, layout: SweepLayout) -> dict[str, 
             flush=True,
         )
         folder = str(layout.pbt)
-    return pbt_exchange.member_env(config, Path(folder))
+    return pbt_policy.member_settings(config, Path(folder))
 
 
 class GaveUp(TrainerError):
@@ -158,9 +160,8 @@ class LocalAgent:
         self.share: cpu_share.Share | None = None  # this agent's CPUs (its slot in the store)
         # The GPUs its trials may take (the sweep's, or its own --devices); None: not assigned.
         self.pool = gpu_slots.agent_pool(self.store.get("devices"), devices)
-        self.pbt_env = (
-            _pbt_env(self.store, self.config, layout) if pbt_exchange.is_pbt(self.config) else {}
-        )
+        # method: pbt: what its trials are told, and what the agent answers their reports with
+        self.pbt = _pbt_settings(self.store, self.config, layout)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         """Forward SIGTERM/SIGINT to the running trial once (it saves and exits; a cluster's
@@ -294,7 +295,7 @@ class LocalAgent:
             **self.share.env(),
             **gpu_slots.trial_env(run.devices),
             **cache_env.trial_env(self.layout),  # the sweep's compile-cache bundle
-            **self.pbt_env,  # method: pbt
+            **(self.pbt.to_env() if self.pbt else {}),  # method: pbt
         }
         verb = "resuming" if resume else "starting"
         where = f" on GPU {','.join(run.devices)}" if run.devices else ""
@@ -354,14 +355,16 @@ class LocalAgent:
         return state
 
     def _watch(self, run_id: str, proc: Trial, metrics_path: Path) -> int:
-        """Feed metrics.jsonl into the store as it grows; SIGTERM the run when its engine stops it
-        (hyperband, or a scheduler optimizer's pruner)."""
+        """Feed metrics.jsonl into the store as it grows; answer a PBT member's reports; SIGTERM
+        the run when its engine stops it (hyperband, or a scheduler optimizer's pruner)."""
         offset, epochs, sigterm_at, beat = 0, 0, None, time.monotonic()
         while True:
             code = proc.poll()
             offset, epochs = self._read_metrics(run_id, metrics_path, offset, epochs)
             if code is not None:
                 return code
+            if self.pbt is not None:  # a PBT member waits for the answer to its report
+                pbt_policy.answer_reports(self.pbt, run_id)
             if time.monotonic() - beat > HEARTBEAT_S:
                 self.store.heartbeat(run_id)
                 beat = time.monotonic()

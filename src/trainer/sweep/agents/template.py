@@ -33,8 +33,8 @@ PREIMPORT = (
     "omegaconf",
     "trainer.run",
     "trainer.preflight",
-    "trainer.sweep.trial.trial_argv",
-    "trainer.sweep.trial.trial_params",
+    "trainer.trial.trial_argv",
+    "trainer.trial.trial_params",
     "sklearn.datasets",
 )
 TRACKER = ("wandb",)  # unless no trial logs to W&B

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from trainer.outputs.layout import SweepLayout, write_text_atomic
+from trainer.sweep.definition.command import fixed_overrides
 from trainer.sweep.report import pareto
 from trainer.sweep.report.plot import figure as figure
 from trainer.sweep.report.plot import plot as plot
-from trainer.sweep.search import classic, dispatch
+from trainer.sweep.search import classic, dispatch, pbt_policy
 from trainer.sweep.search import repeats as repeating
-from trainer.sweep.spec.command import fixed_overrides
 from trainer.sweep.store.database import RunRecord, SweepStore
-from trainer.sweep.trial import pbt_exchange
+from trainer.trial.pbt_files import lineage_of
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -121,11 +121,11 @@ def results(
         res["metrics"] = goals
         res["pareto_front"] = [e for e in runs if e["pareto"]]
         return {**res, "runs": runs, "best": None}
-    if pbt_exchange.is_pbt(config):  # each member's schedule: what it copied and explored
-        res.update(method="pbt", pbt=pbt_exchange.settings_of(config))
-        folder = store.get(pbt_exchange.FOLDER_KEY)  # every machine's members report there
+    if pbt_policy.is_pbt(config):  # each member's schedule: what it copied and explored
+        res.update(method="pbt", pbt=pbt_policy.settings_of(config))
+        folder = store.get(pbt_policy.FOLDER_KEY)  # every machine's members report there
         for e in runs:
-            e["lineage"] = pbt_exchange.lineage_of(folder, e["id"])
+            e["lineage"] = lineage_of(folder, e["id"])
     runs.sort(key=_rank_key(metric))
     ranked = [e for e in runs if e["metric"] is not None and e["state"] in ("finished", "stopped")]
     repeats = repeating.Repeats.of_store(store)
@@ -152,7 +152,7 @@ def best_overrides(config: dict, best: dict | None) -> list[str]:
     arguments (the user's config dir and name, fixed overrides) + its parameters."""
     if best is None:
         return []
-    from trainer.sweep.trial.trial_argv import hydra_value
+    from trainer.trial.trial_argv import hydra_value
 
     params = [f"{key}={hydra_value(value)}" for key, value in best["params"].items()]
     return [*fixed_overrides(config), *params]

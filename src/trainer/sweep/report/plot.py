@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from trainer.sweep.spec.distributions import LOG_SCALE
+from trainer.sweep.search.distributions import LOG_SCALE
 from trainer.sweep.store.database import SweepStore
 
 

@@ -11,11 +11,11 @@ from trainer.outputs.layout import SweepLayout
 from trainer.sweep.search import classic, pbt_engine
 from trainer.sweep.search.custom_method import LIBRARY, drives_optimizer, engine_of
 from trainer.sweep.search.pbt_engine import PbtEngine
+from trainer.sweep.search.pbt_policy import is_pbt
 from trainer.sweep.search.repeats import Repeats, configurations, proposer
 from trainer.sweep.store.database import RunRecord, SweepStore
 from trainer.sweep.store.directory import new_id
 from trainer.sweep.store.records import Busy
-from trainer.sweep.trial.pbt_exchange import is_pbt
 
 
 class ClassicEngine:

@@ -1,26 +1,26 @@
 """The engine of a PBT sweep (scheduler.engine: pbt): it hands out the population's members, each
 one run trained for trainer.max_epochs with starting values drawn from the search space; what
-members copy and explore between intervals they decide themselves (trainer.sweep.trial.
-pbt_exchange), so the engine stops nothing."""
+members copy and explore between intervals each member's agent answers (search/pbt_policy.py),
+so the engine stops nothing."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from trainer.sweep.search import pbt_policy as policy
 from trainer.sweep.store.database import RunRecord, SweepStore
 from trainer.sweep.store.directory import new_id
 from trainer.sweep.store.records import Busy
-from trainer.sweep.trial import pbt_exchange as exchange
 
 
 def next_member(config: dict[str, Any], runs: list[RunRecord]) -> tuple[dict, dict] | None:
     """The next member's starting values, or None once the population is handed out."""
-    settings = exchange.settings_of(config)
+    settings = policy.settings_of(config)
     members = [r for r in runs if not r.superseded]
     if len(members) >= settings["population"]:
         return None
     index = len(runs)
-    params = exchange.initial(settings["seed"], index, config.get("parameters") or {})
+    params = policy.initial(settings["seed"], index, config.get("parameters") or {})
     return params, {"pbt_member": index}
 
 

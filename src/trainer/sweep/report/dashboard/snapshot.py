@@ -10,7 +10,7 @@ from typing import Any
 
 from trainer.errors import TrainerError
 from trainer.sweep.report import leaderboard, pareto
-from trainer.sweep.spec.distributions import LOG_SCALE, distribution
+from trainer.sweep.search.distributions import LOG_SCALE, distribution
 from trainer.sweep.store.database import RunRecord, SweepStore
 
 

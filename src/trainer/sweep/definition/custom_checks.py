@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainer.sweep.definition.problems import parameter_problems
 from trainer.sweep.search.custom_method import OPTIMIZER_ENGINES, engine_of, missing_engine
 from trainer.sweep.search.suggest import wandb_door as wb
-from trainer.sweep.spec.problems import parameter_problems
 
 # What W&B's mapping to each engine takes (its docstrings), for the "use instead" of a refusal.
 _MAPPED = {

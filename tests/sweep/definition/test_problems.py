@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from trainer.config.schema import EPOCH_METRICS, ConfigError
-from trainer.sweep.spec.problems import check_sweep, sweep_problems
+from trainer.sweep.definition.problems import check_sweep, sweep_problems
 
 KEYS = ["optimizer.lr", "optimizer.momentum", "trainer.max_epochs", "data.batch_size"]
 GROUPS = {"model": ["small_cnn", "resnet18"], "optimizer": ["sgd", "adamw"]}
@@ -153,7 +153,7 @@ def test_run_cap_0_is_one_problem_not_two():
 
 
 def test_schema_violations_name_the_offending_key():
-    from trainer.sweep.spec.problems import schema_problems
+    from trainer.sweep.definition.problems import schema_problems
 
     problems = schema_problems(
         {"method": "random", "parameters": {"optimizer.lr": {"values": [0.1]}}, "run_cap": 0}

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from trainer.config.schema import EPOCH_METRICS, ConfigError
-from trainer.sweep.spec.distributions import GRID, POSITIVE_MIN, distribution
+from trainer.sweep.search.distributions import GRID, POSITIVE_MIN, distribution
 from trainer.sweep.store.directory import wandb_view
 
 

@@ -8,8 +8,8 @@ import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from wandb.sdk.launch.sweeps.utils import create_sweep_command, create_sweep_command_args
 
-from trainer.sweep.spec.command import trial_command
-from trainer.sweep.spec.translate import (
+from trainer.sweep.definition.command import trial_command
+from trainer.sweep.definition.translate import (
     TranslationError,
     build_sweep_config,
     flatten_parameters,
@@ -18,7 +18,7 @@ from trainer.sweep.spec.translate import (
     spelling_problems,
     split_overrides,
 )
-from trainer.sweep.trial.trial_argv import hydra_value, repair_argv, repair_sys_argv
+from trainer.trial.trial_argv import hydra_value, repair_argv, repair_sys_argv
 
 
 @pytest.mark.parametrize(
@@ -113,7 +113,7 @@ ALL_FORMS = {
 
 
 def test_every_wandb_parameter_form_passes_through_and_is_schema_valid():
-    from trainer.sweep.spec.problems import schema_problems
+    from trainer.sweep.definition.problems import schema_problems
 
     config = build_sweep_config({"method": "random", "parameters": ALL_FORMS}, [])
     assert config["parameters"] == ALL_FORMS
@@ -159,7 +159,7 @@ COMMAND_LINE = [
 
 
 def test_params_are_translated_as_the_command_line_is():
-    from trainer.sweep.spec.problems import schema_problems
+    from trainer.sweep.definition.problems import schema_problems
 
     from_params = build_sweep_config({"method": "random", "params": PARAMS}, [])
     from_command_line = build_sweep_config({"method": "random"}, COMMAND_LINE)
@@ -368,7 +368,7 @@ def test_grid_run_count_matches_the_engines_enumeration(parameters):
     ],
 )
 def test_config_arguments_carry_the_users_configuration(sources, name, hydra_overrides, expected):
-    from trainer.sweep.spec.command import config_arguments
+    from trainer.sweep.definition.command import config_arguments
 
     got = config_arguments(sources, name, hydra_overrides, default_conf="/repo/conf")
     assert got == expected
@@ -413,7 +413,7 @@ REACH_TRIALS = [
 def test_the_command_lines_hydra_settings_reach_trials_but_the_sweeps_own():
     from omegaconf import OmegaConf
 
-    from trainer.sweep.spec.command import config_arguments, trial_hydra_overrides
+    from trainer.sweep.definition.command import config_arguments, trial_hydra_overrides
 
     assert trial_hydra_overrides(TYPED_HYDRA) == REACH_TRIALS
     sources = [{"provider": "main", "schema": "file", "path": "/repo/conf"}]
@@ -427,7 +427,7 @@ def test_the_command_lines_hydra_settings_reach_trials_but_the_sweeps_own():
 def test_hydra_settings_reach_the_trial_argv_unchanged_through_sweep_yaml(tmp_path):
     import yaml
 
-    from trainer.sweep.spec.command import expand, fixed_overrides, trial_hydra_overrides
+    from trainer.sweep.definition.command import expand, fixed_overrides, trial_hydra_overrides
 
     config = build_sweep_config(
         {"method": "grid"}, ["a=1,2", "b=x"], trial_hydra_overrides(TYPED_HYDRA)
@@ -450,7 +450,7 @@ def test_hydra_settings_reach_the_trial_argv_unchanged_through_sweep_yaml(tmp_pa
 
 
 def test_fixed_overrides_are_every_argument_after_the_entry_point():
-    from trainer.sweep.spec.command import fixed_overrides
+    from trainer.sweep.definition.command import fixed_overrides
 
     command = trial_command(["a=1"], ["--config-dir=/u", "hydra.searchpath=[file:///x]"])
     assert fixed_overrides({"command": command}) == [

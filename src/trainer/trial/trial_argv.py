@@ -12,7 +12,7 @@ import math
 import re
 from typing import Any
 
-from trainer.sweep.trial.trial_params import param_path, sweep_param_values
+from trainer.trial.trial_params import param_path, sweep_param_values
 
 
 def hydra_value(value: Any) -> str:

@@ -13,9 +13,9 @@ from hydra.core.override_parser.types import (
 )
 from hydra.errors import OverrideParseException
 
-from trainer.sweep.spec.command import trial_command
-from trainer.sweep.spec.distributions import MIN_MAX, grid_points
-from trainer.sweep.trial import pbt_exchange
+from trainer.sweep.definition.command import trial_command
+from trainer.sweep.search import pbt_policy
+from trainer.sweep.search.distributions import MIN_MAX, grid_points
 
 # The top-level keys of a W&B sweep configuration that the sweeper config carries.
 SWEEP_KEYS = (
@@ -175,8 +175,8 @@ def build_sweep_config(
             config[key] = value
     if config.get("method") == "pbt":  # W&B's view: a random search of the starting values
         settings = {k: v for k, v in (sweeper.get("pbt") or {}).items() if v is not None}
-        config["method"], config[pbt_exchange.KEY] = "random", settings
-        config.setdefault("run_cap", pbt_exchange.settings_of(config)["population"])
+        config["method"], config[pbt_policy.KEY] = "random", settings
+        config.setdefault("run_cap", pbt_policy.settings_of(config)["population"])
     scheduler = config.get("scheduler")
     if parameters or not (isinstance(scheduler, dict) and scheduler.get("search_space")):
         config["parameters"] = parameters  # a define-by-run search space needs none

@@ -10,9 +10,9 @@ import textwrap
 import pytest
 
 from tests.conftest import CONF, run_cli
+from trainer.sweep.definition.custom_checks import check, definition_dirs, resolve_source
+from trainer.sweep.definition.problems import sweep_problems
 from trainer.sweep.search import custom_method
-from trainer.sweep.spec.custom_checks import check, definition_dirs, resolve_source
-from trainer.sweep.spec.problems import sweep_problems
 
 KEYS = ["optimizer.lr", "optimizer.momentum", "optimizer.weight_decay", "trainer.max_epochs"]
 GROUPS = {"optimizer": ["sgd", "adamw"], "model": ["small_cnn"]}

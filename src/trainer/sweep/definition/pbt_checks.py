@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.sweep.spec.translate import flatten_parameters
-from trainer.sweep.trial import pbt_exchange as exchange
+from trainer.sweep.definition.translate import flatten_parameters
+from trainer.sweep.search import pbt_policy as policy
 
 
 def _number(value: Any) -> bool:
@@ -49,26 +49,24 @@ def setting_problems(settings: dict[str, Any], max_epochs: int | None) -> list[s
 def parameter_problems(parameters: dict[str, Any]) -> list[str]:
     """Keys a member cannot change in place, and distributions PBT cannot perturb."""
     problems = []
-    kinds = ", ".join(exchange.CONTINUOUS)
+    kinds = ", ".join(policy.CONTINUOUS)
     for key, spec in flatten_parameters(parameters).items():
         if not isinstance(spec, dict) or "value" in spec:
             continue  # the same value for every member
-        if key not in exchange.KEYS:
+        if key not in policy.KEYS:
             problems.append(
                 f"hydra.sweeper.parameters.{key} cannot be a PBT parameter: members change their "
                 f"values in place mid-run, and a new {key} would change a shape, the model or a "
-                f"compiled graph. PBT explores {', '.join(exchange.KEYS)}; give {key} one value "
+                f"compiled graph. PBT explores {', '.join(policy.KEYS)}; give {key} one value "
                 f"for every member ({key}=<value>) or search it with another method"
             )
-        elif (
-            "values" not in spec and spec.get("distribution", "uniform") not in exchange.CONTINUOUS
-        ):
+        elif "values" not in spec and spec.get("distribution", "uniform") not in policy.CONTINUOUS:
             problems.append(
                 f"hydra.sweeper.parameters.{key}: PBT perturbs a value x0.8 or x1.2 within its "
                 f"bounds, so it takes values: [...] or a distribution among {kinds}, not "
                 f"{spec.get('distribution')}"
             )
-    if not exchange.swept(flatten_parameters(parameters)):
+    if not policy.swept(flatten_parameters(parameters)):
         problems.append(
             "hydra.sweeper.method=pbt needs at least one parameter to explore, e.g. "
             "hydra.sweeper.parameters={optimizer.lr: {distribution: log_uniform_values, min: "
@@ -80,7 +78,7 @@ def parameter_problems(parameters: dict[str, Any]) -> list[str]:
 def compiled_update_problems(parameters: dict[str, Any]) -> list[str]:
     """Under compile.optimizer the compiled update holds every setting but the learning rate as
     a constant: a new weight decay or momentum would recompile it."""
-    swept = exchange.swept(flatten_parameters(parameters))
+    swept = policy.swept(flatten_parameters(parameters))
     return [
         f"hydra.sweeper.parameters.{key} cannot be a PBT parameter with compile.optimizer=true: "
         f"the compiled optimizer update holds {key} as a constant, so each new value would "
@@ -101,9 +99,9 @@ def problems(
 ) -> list[str]:
     """Every reason the PBT sweep `config` cannot run as asked (none for other methods);
     `compiled_update`: the trials compile the optimizer's update (compile.optimizer)."""
-    if not exchange.is_pbt(config):
+    if not policy.is_pbt(config):
         return []
-    found = setting_problems(exchange.settings_of(config), max_epochs)
+    found = setting_problems(policy.settings_of(config), max_epochs)
     found += parameter_problems(config.get("parameters") or {})
     if not (config.get("metric") or {}).get("name"):
         found.append(
@@ -124,7 +122,7 @@ def problems(
             "hydra.sweeper.early_terminate does not go with method=pbt: lagging members already "
             "copy the leaders instead of stopping; drop early_terminate"
         )
-    population = exchange.settings_of(config)["population"]
+    population = policy.settings_of(config)["population"]
     if config.get("run_cap") != population:
         found.append(
             f"hydra.sweeper.run_cap={config.get('run_cap')} does not go with method=pbt: the "
