@@ -16,7 +16,8 @@ import trainer
 ROOT = Path(trainer.__file__).parent
 SRC = ROOT.parent
 # The port of W&B's `sweeps` 0.3.0 keeps upstream's files and functions, so that it diffs against
-# the next release: it is exempt from the size rule, and its circles are upstream's.
+# the next release: it is exempt from the size rule and the file-name rule, and its circles are
+# upstream's.
 PORT = "trainer.sweep.search.wandb_sweeps"
 # The sweep side: the sweep package, its agent command and the Hydra sweeper plugin.
 SWEEP_SIDE = ("trainer.sweep", "trainer.agent", "hydra_plugins.wandb_sweeper")
@@ -115,10 +116,10 @@ def test_the_rules_see_every_room():
     assert any(_is_training(m) for m in MODULES) and PORT in MODULES
 
 
-# The sweep side's rooms import one way, down this order: the trial interface (what an agent
-# hands a trial, read by training too) and the store know no other room, the search engines
-# read the store, the definition room checks a definition with the engines' knowledge, and
-# the agents and the report use all three (and never each other).
+# The sweep side's rooms import one way, down this order: the store knows no other room, the
+# search engines read the store, the definition room checks a definition with the engines'
+# knowledge, and the agents and the report use all three (and never each other). The trial
+# contract they share with training is trainer.trial, below them all.
 SWEEP_ROOMS = {"store": 0, "search": 1, "definition": 2, "agents": 3, "report": 3}
 
 
@@ -323,8 +324,11 @@ def test_run_reads_in_one_screen():
 
 
 def test_no_two_modules_share_a_name():
-    """A newcomer knows from the file name which room they are in (packages' __init__ and
-    __main__ aside; the port keeps upstream's names; the plugin keeps Hydra's three files)."""
+    """A newcomer knows from the file name which room they are in. Exempt: packages' __init__
+    and __main__; the Hydra plugin's three files (outside trainer/, Hydra's layout); and the
+    port of W&B's `sweeps` (PORT), which keeps upstream's file names so that it diffs against
+    the next release: its run.py and config/schema.py share their names with trainer/run.py and
+    config/schema.py, and the path (search/wandb_sweeps/) says which one is meant."""
     stems: dict[str, list[str]] = {}
     for m, path in MODULES.items():
         if (

@@ -1,11 +1,11 @@
 """`python -m trainer.agent SWEEP [--count K]`: join a local sweep from any terminal. The command
-lives on the sweep side (`trainer.sweep.join`); this module is its entry point."""
+lives on the sweep side (`trainer.sweep.agent_cli`); this module is its entry point."""
 
 from __future__ import annotations
 
 import sys
 
-from trainer.sweep.join import main
+from trainer.sweep.agent_cli import main
 
 __all__ = ["main"]
 

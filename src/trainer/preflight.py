@@ -10,7 +10,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from trainer.config.paths import expand
+from trainer.config.paths import expand_path
 from trainer.config.rules import unknown_key_message
 from trainer.config.schema import ConfigError, TrainConfig
 
@@ -89,13 +89,16 @@ def expand_paths(conf: TrainConfig) -> TrainConfig:
     """`~` and `$VAR` expanded in every path key of `conf` (trainer.resume=auto stays)."""
     p = conf.paths
     p.output_dir, p.data_dir, p.cache_dir = (
-        expand(p.output_dir),
-        expand(p.data_dir),
-        expand(p.cache_dir),
+        expand_path(p.output_dir),
+        expand_path(p.data_dir),
+        expand_path(p.cache_dir),
     )
-    conf.data.root, conf.compile.cache_dir = expand(conf.data.root), expand(conf.compile.cache_dir)
+    conf.data.root, conf.compile.cache_dir = (
+        expand_path(conf.data.root),
+        expand_path(conf.compile.cache_dir),
+    )
     if conf.trainer.resume != "auto":
-        conf.trainer.resume = expand(conf.trainer.resume)
+        conf.trainer.resume = expand_path(conf.trainer.resume)
     return conf
 
 

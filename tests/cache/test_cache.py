@@ -145,9 +145,9 @@ def test_where_the_bundle_is(tmp_path, monkeypatch):
     assert env.bundle_setting("online", True) == env.WANDB  # a W&B-server sweep trial
     assert env.bundle_setting("online", False) is None
     layout = SweepLayout(tmp_path)
-    assert env.trial_env(layout) == {env.BUNDLE_ENV: str(tmp_path / "compile_cache")}
+    assert env.sweep_bundle_env(layout) == {env.BUNDLE_ENV: str(tmp_path / "compile_cache")}
     monkeypatch.setenv(env.BUNDLE_ENV, "off")
-    assert env.trial_env(layout) == {} and env.bundle_setting("online", True) is None
+    assert env.sweep_bundle_env(layout) == {} and env.bundle_setting("online", True) is None
 
 
 # ---- python -m trainer.cache ----------------------------------------------------------------

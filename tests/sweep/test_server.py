@@ -87,12 +87,12 @@ def test_agent_command_mirrors_wandb_agent():
 
 def test_each_trial_runs_in_a_directory_of_its_w_and_b_run_and_resumes_there(tmp_path):
     command = _command("compile=off")
-    assert server.trial_command(command, None) == [
+    assert server.resumable_trial_command(command, None) == [
         *command,
         "hydra.run.dir=${paths.output_dir}/sweeps/${oc.env:WANDB_SWEEP_ID}/runs/${oc.env:WANDB_RUN_ID}",
         "trainer.resume=auto",
     ]
-    assert server.trial_command(command, tmp_path)[-2] == (
+    assert server.resumable_trial_command(command, tmp_path)[-2] == (
         f"hydra.run.dir={tmp_path}/runs/${{oc.env:WANDB_RUN_ID}}"
     )
 
@@ -175,7 +175,7 @@ def test_a_preempted_trial_marks_its_run_and_resumes_when_the_server_hands_it_ou
     tmp_path,
 ):
     fixed = ("compile=off", "logger=wandb", "model=small_cnn", "data=digits")
-    command = server.trial_command(_command(*fixed, "trainer.max_epochs=40"), None)
+    command = server.resumable_trial_command(_command(*fixed, "trainer.max_epochs=40"), None)
     argv, env = _as_wandb_agent(tmp_path, command, {"optimizer.lr": 0.01}, "run00003")
     run_dir = tmp_path / "outputs" / "sweeps" / SWEEP_ID / "runs" / "run00003"
     child = subprocess.Popen(

@@ -73,7 +73,7 @@ def test_the_scheduler_starts_before_the_agents_and_stops_after_them(
         SweepOptions(project="proj", entity="team", sweep_id=None, agents=2, count=None),
         root=tmp_path,
     )
-    created = {**config, "command": server.trial_command(config["command"], None)}
+    created = {**config, "command": server.resumable_trial_command(config["command"], None)}
     assert recorded == [created] and recorded[0]["scheduler"] == {"engine": "optuna"}
     scheduler, *agents = Recorder.started
     assert scheduler.argv == [

@@ -13,7 +13,7 @@ BUNDLE_ENV = "TRAINER_CACHE_BUNDLE"
 WANDB = "wandb"
 
 
-def trial_env(layout: SweepLayout) -> dict[str, str]:
+def sweep_bundle_env(layout: SweepLayout) -> dict[str, str]:
     """What a local agent adds to a trial's environment: its sweep's bundle, unless the user
     named one (or `off`) already."""
     if os.environ.get(BUNDLE_ENV):

@@ -1,5 +1,6 @@
-"""The project's conf/ folder, and `~` and `$VAR` in path keys: expanded where a path is read (`expand`) and, on the command
-line, rewritten before Hydra parses argv (its lexer rejects a bare `~`). Light imports only."""
+"""The project's conf/ folder, and `~` and `$VAR` in path keys: expanded where a path is read
+(`expand_path`) and, on the command line, rewritten before Hydra parses argv (its lexer rejects
+a bare `~`). Light imports only."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def conf_dir() -> str:
     )
 
 
-def expand(path: str | None) -> str | None:
+def expand_path(path: str | None) -> str | None:
     """`path` with `~`, `~user`, `$VAR` and `${VAR}` expanded (None and '' stay as they are)."""
     if not path:
         return path
@@ -53,4 +54,4 @@ def expand_path_argv(argv: list[str]) -> list[str]:
 def _expand_unquoted(value: str) -> str:
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
         value = value[1:-1]  # a quoted value: its text, expanded
-    return expand(value) or value
+    return expand_path(value) or value

@@ -33,7 +33,7 @@ from trainer.sweep.store.directory import (
     sweep_id_of,
     write_sweep_yaml,
 )
-from trainer.sweep.store.opening import open_store, password_env, reachable
+from trainer.sweep.store.opening import open_store, password_env, require_reachable
 
 LIVE_S = 1.0  # how often the live status is redrawn
 
@@ -58,7 +58,7 @@ def _agent_argv(layout: SweepLayout, options: SweepOptions) -> list[str]:
 def _create(
     config: dict, root: Path, directory: Path | None, storage: str | None = None
 ) -> tuple[str, SweepLayout, SweepStore]:
-    reachable(storage)  # a bad URL: the error now, and no sweep folder left behind
+    require_reachable(storage)  # a bad URL: the error now, and no sweep folder left behind
     sweep_id = new_id()
     layout = create(root, sweep_id, directory)
     store = open_store(layout.root, storage, sweep_id)

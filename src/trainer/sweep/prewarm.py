@@ -115,13 +115,16 @@ def run(
     import os
 
     from trainer.outputs.summary import RunSummary
-    from trainer.sweep.definition.command import expand
+    from trainer.sweep.definition.command import expand_trial_command
 
     env = {BUNDLE_ENV: str(layout.compile_cache), **os.environ, **env}
     for i, target in enumerate(targets, 1):
         files, log_path = layout.prewarm(target.id), layout.prewarm_log(target.id)
         files.root.mkdir(parents=True, exist_ok=True)
-        argv = [*expand(sweep_config, target.params, files.root), "compile.warm_only=true"]
+        argv = [
+            *expand_trial_command(sweep_config, target.params, files.root),
+            "compile.warm_only=true",
+        ]
         print(f"prewarm {i}/{len(targets)}: {label(target.workload)} ...", flush=True)
         start = time.perf_counter()
         with open(log_path, "w") as log:

@@ -130,7 +130,7 @@ def agent_command(path: str, count: int | None, forward_signals: bool = False) -
     return [*command, path]
 
 
-def trial_command(command: list[str], directory: Path | None) -> list[str]:
+def resumable_trial_command(command: list[str], directory: Path | None) -> list[str]:
     """The sweep's `command` with each trial in a directory of its W&B run id, under the sweep
     directory (`directory`, or <paths.output_dir>/sweeps/<sweep id>) as a local sweep's
     runs/<id>/, resumed from its checkpoint: a run the server hands out again after a
@@ -165,7 +165,7 @@ def _run_agents(
     their exit codes once all have ended."""
     shares = cpu_share.plan_shares(cpu_share.process_limits(), agents, cpus_per_trial)[:agents]
     envs = [
-        {**env, **share.env(), **gpu_slots.trial_env(slots[i % len(slots)] if slots else None)}
+        {**env, **share.env(), **gpu_slots.devices_env(slots[i % len(slots)] if slots else None)}
         for i, share in enumerate(shares)
     ]
     if start_agents is not None and where is not None:
@@ -227,7 +227,7 @@ def run_server_sweep(
     created = sweep_id is None  # its creator runs the sweep's scheduler, joiners do not
     if created:
         if config.get("command"):  # the trial command (W&B's default one runs a program)
-            config = {**config, "command": trial_command(config["command"], directory)}
+            config = {**config, "command": resumable_trial_command(config["command"], directory)}
         sweep_id = wandb.sweep(config, project=project, entity=entity)
     layout = SweepLayout(directory) if directory else SweepLayout.under(root, sweep_id)
     if created:

@@ -1,2 +1,3 @@
-"""The trial interface: what a sweep agent hands a trial (its argv with the exact values, the
-parameter file and W&B's agent environment); the one part of the sweep side training reads."""
+"""The trial contract: what a run reads and writes for the agent that started it (its argv with
+the exact values, the parameter file with W&B's agent environment, a PBT member's files). Both
+the training and the sweep side import it; it imports no other project room."""

@@ -27,7 +27,7 @@ def param_path() -> str | None:
     return path if path and os.path.isfile(path) else None
 
 
-def trial_env(
+def wandb_agent_env(
     sweep_id: str, run_id: str, params: dict[str, Any], params_path: Path, run_dir: Path
 ) -> dict[str, str]:
     """The environment `wandb agent` gives its children (the parameter file written), W&B

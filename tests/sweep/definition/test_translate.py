@@ -427,14 +427,18 @@ def test_the_command_lines_hydra_settings_reach_trials_but_the_sweeps_own():
 def test_hydra_settings_reach_the_trial_argv_unchanged_through_sweep_yaml(tmp_path):
     import yaml
 
-    from trainer.sweep.definition.command import expand, fixed_overrides, trial_hydra_overrides
+    from trainer.sweep.definition.command import (
+        expand_trial_command,
+        fixed_overrides,
+        trial_hydra_overrides,
+    )
 
     config = build_sweep_config(
         {"method": "grid"}, ["a=1,2", "b=x"], trial_hydra_overrides(TYPED_HYDRA)
     )
     assert fixed_overrides(config) == [*REACH_TRIALS, "b=x", "hydra.mode=RUN"]
     config = yaml.safe_load(yaml.safe_dump(config))  # sweep.yaml, read by `wandb agent`
-    argv = expand(config, {"a": 1}, tmp_path)
+    argv = expand_trial_command(config, {"a": 1}, tmp_path)
     assert argv[argv.index("trainer") + 1 :] == [
         *REACH_TRIALS, "a=1", "b=x", "hydra.mode=RUN", f"hydra.run.dir={tmp_path}",
     ]  # fmt: skip

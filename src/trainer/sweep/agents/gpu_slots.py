@@ -249,7 +249,7 @@ class DevicePool:
         return free[: self.plan.gpus_per_trial]
 
 
-def trial_env(devices: list[str] | None) -> dict[str, str]:
+def devices_env(devices: list[str] | None) -> dict[str, str]:
     """The variable that gives a trial its devices (none when the sweep assigns none)."""
     return {ENV: ",".join(devices)} if devices else {}
 

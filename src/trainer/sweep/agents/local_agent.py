@@ -22,14 +22,14 @@ from trainer.outputs.layout import SweepLayout
 from trainer.sweep.agents import cpu_share, cpu_slots, gpu_slots
 from trainer.sweep.agents.launched import WARNING_SIGNALS, ended_by_cluster
 from trainer.sweep.agents.trial_start import Trial, TrialStarter
-from trainer.sweep.definition.command import expand
+from trainer.sweep.definition.command import expand_trial_command
 from trainer.sweep.search import dispatch, pbt_policy
 from trainer.sweep.store.database import RunRecord, SweepStore
 from trainer.sweep.store.directory import sweep_id_of
 from trainer.sweep.store.opening import open_store
 from trainer.sweep.store.records import BUSY
 from trainer.trial.pbt_files import Settings as PbtSettings
-from trainer.trial.trial_params import trial_env
+from trainer.trial.trial_params import wandb_agent_env
 
 POLL_S = 0.25  # how often a running trial's metrics, stop flag and exit are checked
 HEARTBEAT_S = 2.0  # how often the store hears that a run's agent is alive
@@ -196,7 +196,7 @@ class LocalAgent:
             if not self.share:
                 return 128 + (self.signum or signal.SIGTERM)
             self.starter = TrialStarter(  # the template's environment is the trials' (bundle too)
-                {**os.environ, **self.share.env(), **cache_env.trial_env(self.layout)},
+                {**os.environ, **self.share.env(), **cache_env.sweep_bundle_env(self.layout)},
                 self.share.cores,
                 self.layout.template_log(os.getpid()),
                 command=self.config.get("command"),
@@ -286,15 +286,15 @@ class LocalAgent:
         params_path = self.layout.params(run.id)
         for folder in (run_dir, log_path.parent, params_path.parent):
             folder.mkdir(parents=True, exist_ok=True)
-        argv = expand(self.config, run.params, run_dir)
+        argv = expand_trial_command(self.config, run.params, run_dir)
         # handed out again (preempted, lost, interrupted): it continues from its own last.pt
         resume = files.last.is_file()
         argv += ["trainer.resume=auto"] if resume else []
         env = {
-            **trial_env(self.sweep_id, run.id, run.params, params_path, run_dir),
+            **wandb_agent_env(self.sweep_id, run.id, run.params, params_path, run_dir),
             **self.share.env(),
-            **gpu_slots.trial_env(run.devices),
-            **cache_env.trial_env(self.layout),  # the sweep's compile-cache bundle
+            **gpu_slots.devices_env(run.devices),
+            **cache_env.sweep_bundle_env(self.layout),  # the sweep's compile-cache bundle
             **(self.pbt.to_env() if self.pbt else {}),  # method: pbt
         }
         verb = "resuming" if resume else "starting"

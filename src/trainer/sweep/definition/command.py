@@ -105,7 +105,9 @@ def config_arguments(
     return args + trial_hydra_overrides(hydra_overrides)
 
 
-def expand(config: Mapping[str, Any], params: Mapping[str, Any], run_dir: Path) -> list[str]:
+def expand_trial_command(
+    config: Mapping[str, Any], params: Mapping[str, Any], run_dir: Path
+) -> list[str]:
     """The sweep's `command` expanded exactly as `wandb agent` expands it, plus the run dir."""
     from wandb.sdk.launch.sweeps import utils as sweep_utils
 

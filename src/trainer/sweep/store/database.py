@@ -32,7 +32,7 @@ from trainer.sweep.store.storage import READ, Storage, check, make_engine
 from trainer.sweep.store.upgrade import add_missing_columns
 
 
-class DevicePool(Protocol):
+class DeviceChooser(Protocol):
     """What the store asks an agent's devices while it hands out a run (the agents' `gpu_slots.
     DevicePool`): whether one is free for a trial now, and which to give it."""
 
@@ -62,7 +62,7 @@ class Claim:
     propose: Callable[[list[RunRecord]], tuple[dict, dict | None] | None]
     new_id: Callable[[], str]
     agent: Holder
-    pool: DevicePool | None
+    pool: DeviceChooser | None
     rerun_crashed: bool
 
 
@@ -254,7 +254,7 @@ class SweepStore:
         new_id: Callable[[], str],
         agent_pid: int,
         rerun_crashed: bool = False,
-        pool: DevicePool | None = None,
+        pool: DeviceChooser | None = None,
     ) -> RunRecord | None | Busy:
         """Hand out the next run exactly once: a preempted or lost run, or with `rerun_crashed`
         a crashed one, to rerun (a preempted or lost one, or an interrupted one with its

@@ -115,7 +115,7 @@ def sweep_ids(storage: str) -> list[str]:
     return sorted(name[len(PREFIX) :] for name in schemas if name.startswith(PREFIX))
 
 
-def reachable(storage: str | None) -> None:
+def require_reachable(storage: str | None) -> None:
     """Nothing, when `storage` is unset or a database that answers; else StorageError (exit 2)
     now, before a sweep's folder is made (a bad URL leaves nothing behind)."""
     if storage is not None and not Storage.server(storage, None).is_sqlite:

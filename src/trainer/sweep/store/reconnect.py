@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from trainer.sweep.store.storage import Storage, unreachable
+from trainer.sweep.store.storage import Storage, unreachable_error
 
 RETRY_S = 60.0  # how long an operation waits for its server to come back
 FIRST_WAIT_S = 0.2
@@ -39,7 +39,7 @@ def attempts(run: Callable[[], Any], storage: Storage, deadline_s: float = RETRY
             return run()
         except (OperationalError, InterfaceError) as err:
             if time.monotonic() + wait > end:
-                error = unreachable(storage, err)
+                error = unreachable_error(storage, err)
                 error.exit_code = 1
                 raise error from None
             time.sleep(wait)

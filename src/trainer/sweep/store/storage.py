@@ -182,7 +182,7 @@ def reason(err: BaseException) -> str:
     return " ".join(str(cause).split()) or type(cause).__name__
 
 
-def unreachable(storage: Storage, err: DBAPIError) -> StorageError:
+def unreachable_error(storage: Storage, err: DBAPIError) -> StorageError:
     """The error of a server that cannot be reached or refuses the login."""
     return StorageError(
         f"hydra.sweeper.storage / --storage: cannot use the sweep database {storage.shown} "
@@ -200,4 +200,4 @@ def check(engine: Engine, storage: Storage) -> None:
         with engine.connect() as db:
             db.execute(text("SELECT 1"))
     except DBAPIError as err:
-        raise unreachable(storage, err) from None
+        raise unreachable_error(storage, err) from None
