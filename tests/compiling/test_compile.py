@@ -1,5 +1,6 @@
 """Unit tests of the compile knobs: validation before torch, hardware checks, regional blocks,
-the compiled optimizer, recompile reporting and the recompile limit (tiny models, eager backends)."""
+the compiled optimizer, recompile reporting and the recompile limit (tiny models, eager backends).
+compile=auto's measurement is tested in tests/train/test_compile_auto.py."""
 
 from __future__ import annotations
 
@@ -280,70 +281,6 @@ def test_tracker_summary_is_flat_and_keeps_the_auto_figures():
         "compile/auto/decision": "eager",
         "compile/auto/eager_total_s": 1.0,
     }
-
-
-def test_auto_measurement_leaves_the_model_and_the_rng_untouched(caplog):
-    import logging
-
-    from torch.utils.data import DataLoader, TensorDataset
-
-    from trainer.train import compile_auto
-
-    data = TensorDataset(torch.randn(32, 4), torch.randint(0, 3, (32,)))
-    model = _tiny()
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    torch.manual_seed(0)
-    expected = torch.rand(3)
-    torch.manual_seed(0)
-    caplog.set_level(logging.INFO, logger="trainer")
-    report = compile_auto.decide(
-        model,
-        lambda m: torch.optim.SGD(m.parameters(), lr=0.1),
-        DataLoader(data, batch_size=8, shuffle=True),
-        cfg=_cfg(auto=True, auto_steps=2),
-        device=torch.device("cpu"),
-        planned_steps=10,
-    )
-    assert report["decision"] in ("eager", "compile")
-    # the decision is information, and the measured copy's compile is no news about the run's model
-    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name.startswith("trainer")]
-    assert any(lvl == logging.INFO and "compile=auto chose" in m for lvl, m in said), said
-    assert not any(lvl >= logging.INFO and m.startswith("compiled ") for lvl, m in said), said
-    assert torch.equal(torch.rand(3), expected)  # training after the measurement is unchanged
-    for key, value in model.state_dict().items():
-        assert torch.equal(value, before[key]), key
-
-
-def test_auto_times_the_training_step_with_its_precision_and_clipping(monkeypatch):
-    from torch.utils.data import DataLoader, TensorDataset
-
-    from trainer.train import compile_auto
-    from trainer.train.step import train_step
-
-    calls = []
-
-    def recording_step(*args, **kwargs):
-        rules = args[5]
-        calls.append((rules.dtype, rules.grad_clip, args[2].is_enabled()))
-        return train_step(*args, **kwargs)
-
-    monkeypatch.setattr(compile_auto, "train_step", recording_step)
-    data = TensorDataset(torch.randn(32, 4), torch.randint(0, 3, (32,)))
-    recipe = compile_auto.StepRecipe(
-        torch.device("cpu"), precision="bf16-mixed", dtype=torch.bfloat16, grad_clip=1.0
-    )
-    compile_auto.decide(
-        _tiny(),
-        lambda m: torch.optim.SGD(m.parameters(), lr=0.1),
-        DataLoader(data, batch_size=8),
-        cfg=_cfg(auto=True, auto_steps=2),
-        device=recipe.device,
-        planned_steps=10,
-        recipe=recipe,
-    )
-    # warm-up, two compiling steps and two timed steps each way, all as training runs them
-    assert len(calls) == 1 + 2 + 2 * 2
-    assert set(calls) == {(torch.bfloat16, 1.0, False)}
 
 
 def test_every_private_torch_api_is_where_torch_private_says():

@@ -1,5 +1,6 @@
 """Compiled runs end to end: graph counts over a standard run, the compiled optimizer under a
-scheduler, the persistent cache across processes, compile=auto (CUDA-only modes: test_gpu.py)."""
+scheduler, the persistent cache across processes (CUDA-only modes: test_gpu.py; compile=auto's
+run: tests/train/test_compile_auto.py)."""
 
 from __future__ import annotations
 
@@ -74,15 +75,3 @@ def test_second_process_hits_the_persistent_cache(tmp_path, record_property):
     ratio = docs[0]["perf"]["compile_s"] / max(docs[1]["perf"]["compile_s"], 1e-9)
     record_property("cold_over_warm_compile_s", ratio)  # recorded, never asserted
     print(f"cold/warm first-step compile time: {ratio:.1f}x")
-
-
-def test_auto_chooses_eager_for_small_cnn_on_this_cpu(cfg_factory, tmp_path):
-    cfg = cfg_factory("compile=auto", "logger=none", "trainer.max_epochs=2", "trainer.device=cpu")
-    run(cfg, run_dir=tmp_path)
-    comp = _summary(tmp_path)["compile"]
-    auto = comp["auto"]
-    assert auto["decision"] == "eager" and not comp["enabled"]
-    assert auto["eager_total_s"] <= auto["compiled_total_s"]
-    assert auto["planned_steps"] == 2 * (1437 // 64)
-    assert auto["compile_cost_s"] > 0 and auto["eager_step_s"] > 0
-    assert comp["graphs"] == 0  # the measuring copy's compiled code was forgotten

@@ -51,7 +51,7 @@ COMMANDS: dict[str, Run | NotRun] = {
     "python -m trainer compile=off": Run("overrides"),
     "python -m trainer compile=auto": NotRun(
         "this run in-process (its decision and figures in summary.json): "
-        "tests/compiling/test_compile_run.py::test_auto_chooses_eager_for_small_cnn_on_this_cpu"
+        "tests/train/test_compile_auto.py::test_auto_chooses_eager_for_small_cnn_on_this_cpu"
     ),
     "python -m trainer model=resnet18 data=cifar10 data.root=~/data": NotRun(
         "needs the CIFAR-10 data set in ~/data; without it the docs promise a clear error",

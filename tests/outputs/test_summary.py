@@ -1,4 +1,4 @@
-"""RunSummary: round trip, its keys, a torn file; the steps left to plan."""
+"""RunSummary: round trip, its keys, a torn file."""
 
 from __future__ import annotations
 
@@ -53,12 +53,3 @@ def test_missing_or_torn_summary_reads_as_none(tmp_path, caplog, content):
     assert str(path) in caplog.text
     path.write_text(json.dumps({"status": "finished"}))
     assert RunSummary.read(path) == {"status": "finished"}
-
-
-def test_planned_steps_counts_what_is_left():
-    from trainer.config.schema import TrainerConfig
-    from trainer.train.compile_auto import planned_steps
-
-    assert planned_steps(TrainerConfig(max_epochs=3), per_epoch=10, done=4) == 26
-    assert planned_steps(TrainerConfig(max_epochs=3, max_steps=12), per_epoch=10, done=4) == 8
-    assert planned_steps(TrainerConfig(max_epochs=1, max_steps=5), per_epoch=10, done=7) == 0

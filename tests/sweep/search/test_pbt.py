@@ -1,5 +1,6 @@
-"""Population-based training: what members report and decide, how values are explored, the
-lineage, the engine's members, and the checks before launch."""
+"""Population-based training's policy: who copies a leader, how values are explored, how the
+agent answers its members' reports; the engine's members and the checks before launch. A
+member's files (reports, decisions, lineage) are tested in tests/trial/test_pbt_files.py."""
 
 from __future__ import annotations
 
@@ -87,20 +88,6 @@ def test_explore_multiplies_within_bounds_or_moves_to_a_neighbour():
     assert all(isinstance(policy.perturb(ints, 5, rng, 0.0), int) for _ in range(20))
 
 
-def test_lineage_keeps_one_step_per_epoch(tmp_path):
-    lineage = pbt_files.Lineage()
-    lineage.add(pbt_files.Step(0, {"optimizer.lr": 0.1}))
-    lineage.add(pbt_files.Step(2, {"optimizer.lr": 0.2}, "b"))
-    lineage.add(pbt_files.Step(2, {"optimizer.lr": 0.3}, "c"))  # decided again after a resume
-    lineage.write(tmp_path, "a")
-    again = pbt_files.Lineage.read(tmp_path, "a")
-    assert [s.epoch for s in again.steps] == [0, 2] and again.at(3).copied_from == "c"
-    assert again.at(1).params == {"optimizer.lr": 0.1}
-    assert pbt_files.lineage_of(tmp_path, "nobody") == []
-    assert pbt_files.lineage_of(None, "a") == []  # no member has started: no folder yet
-    assert [s["copied_from"] for s in pbt_files.lineage_of(tmp_path, "a")] == [None, "c"]
-
-
 def test_the_agent_answers_each_report_once_and_the_member_takes_the_answer(tmp_path):
     """A member publishes and waits; its agent's poll answers (and keeps answering only what is
     new); the answer survives the member's death, so a resumed member takes the same one."""
@@ -113,20 +100,6 @@ def test_the_agent_answers_each_report_once_and_the_member_takes_the_answer(tmp_
     assert policy.answer_reports(s, "d") == []  # answered once
     assert pbt_files.await_decision(s, last, wait_s=1.0) == step
     assert pbt_files.await_decision(s, last, wait_s=1.0) == step  # read again after a resume
-
-
-def test_a_member_whose_agent_does_not_answer_keeps_its_own_values(tmp_path):
-    own = report(tmp_path, "a", 0.5)
-    step = pbt_files.await_decision(settings(tmp_path, "a"), own, wait_s=0.1)
-    assert step.copied_from is None and step.params == own.params and step.epoch == own.epoch
-
-
-def test_settings_travel_in_one_environment_for_every_member(tmp_path):
-    env = settings(tmp_path, member="").to_env()
-    back = pbt_files.Settings.from_env({**env, "WANDB_RUN_ID": "r1"})
-    assert back.member == "r1" and back.parameters == {"optimizer.lr": LR}
-    assert pbt_files.Settings.from_env({}) is None
-    assert back.is_boundary(1, 4) and not back.is_boundary(4, 4) and not back.is_boundary(0, 4)
 
 
 def pbt_config(**pbt):
@@ -185,22 +158,9 @@ def test_checks_name_each_key_that_cannot_change_in_place():
     assert pbt_checks.problems(other, "wandb", 1, 4) == []
 
 
-def test_checkpoints_go_once_every_member_has_passed_their_boundary(tmp_path):
-    s = settings(tmp_path, population=2)
-    for member in ("a", "b"):
-        report(tmp_path, member, 0.5, epoch=1)
-    report(tmp_path, "a", 0.6, epoch=2)
-    assert pbt_files.prune(s, 2) == []  # b has not reached epoch 2: it may still copy from 1
-    report(tmp_path, "b", 0.7, epoch=2)
-    removed = pbt_files.prune(s, 2)
-    assert sorted(p.parent.name for p in removed) == ["a", "b"]
-    assert {p.name for p in tmp_path.glob("*/*.pt")} == {"epoch-0002.pt"}
-    assert [r.member for r in pbt_files.reports_at(s, 2)] == ["a", "b"]
-
-
 def test_pbt_members_of_every_machine_report_to_the_first_agents_folder(tmp_path, capsys):
-    from trainer.outputs.layout import SweepLayout
     from trainer.sweep.agents.local_agent import _pbt_settings
+    from trainer.sweep.store.directory import SweepLayout
 
     config = {"metric": {"name": "val/acc", "goal": "maximize"}, "pbt": {"population": 2}}
     config["parameters"] = {"optimizer.lr": {"values": [0.1, 0.01]}}
