@@ -136,8 +136,8 @@ def test_the_page_shows_every_run_and_chart_and_a_new_run_without_reload(tmp_pat
 
 
 def _save_screenshot(driver, tmp_path: Path) -> None:
-    """The page as the docs show it: TRAINER_DASHBOARD_SCREENSHOT=docs/dashboard.png writes
-    it there (the test itself writes only in its temporary folder)."""
+    """The page as the test saw it: TRAINER_DASHBOARD_SCREENSHOT=PATH copies it to PATH (the
+    test itself writes only in its temporary folder)."""
     shot = tmp_path / "dashboard.png"
     driver.save_screenshot(str(shot))
     target = os.environ.get("TRAINER_DASHBOARD_SCREENSHOT")
