@@ -47,9 +47,9 @@ import torch
 from benchmarks import destination, md_table
 from trainer.cache.entries import cache_files
 from trainer.config.hydra_version import VERSION_BASE
-from trainer.outputs.layout import SweepLayout
 from trainer.sweep.agents.trial_start import ENV_SWITCH
 from trainer.sweep.store.database import SweepStore
+from trainer.sweep.store.directory import SweepLayout
 
 REPO = Path(__file__).resolve().parent.parent
 ONE_MINUTE = 60.0

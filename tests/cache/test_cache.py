@@ -17,14 +17,15 @@ from tests.conftest import make_cfg
 from trainer.cache import entries, env, session
 from trainer.cache.__main__ import main as cache_main
 from trainer.cache.artifact import ArtifactBundle
-from trainer.cache.bundle import Bundle
+from trainer.cache.bundle import Bundle, BundleLayout
 from trainer.cache.key import differences, key_id, machine_key
 from trainer.cache.workload import workload, workload_id
 from trainer.compiling import configure_cache
 from trainer.config.schema import ConfigError
-from trainer.outputs.layout import BundleLayout, RunLayout, SweepLayout
+from trainer.outputs.layout import RunLayout
 from trainer.preflight import validate
 from trainer.sweep import prewarm
+from trainer.sweep.store.directory import SweepLayout
 
 FX = "inductor/fxgraph/ab/fabcdefghijklmnopqrstuvwxyz0123/entry"
 KERNEL = "inductor/qk/cqkde7c7iae2dnmmtmcsi3vzddvqqdojna6fp.main.so"
@@ -144,10 +145,10 @@ def test_where_the_bundle_is(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_SWEEP_ID", "abc")
     assert env.bundle_setting("online", True) == env.WANDB  # a W&B-server sweep trial
     assert env.bundle_setting("online", False) is None
-    layout = SweepLayout(tmp_path)
-    assert env.sweep_bundle_env(layout) == {env.BUNDLE_ENV: str(tmp_path / "compile_cache")}
+    bundle = SweepLayout(tmp_path).compile_cache  # a local sweep's, handed to its trials
+    assert env.sweep_bundle_env(bundle) == {env.BUNDLE_ENV: str(tmp_path / "compile_cache")}
     monkeypatch.setenv(env.BUNDLE_ENV, "off")
-    assert env.sweep_bundle_env(layout) == {} and env.bundle_setting("online", True) is None
+    assert env.sweep_bundle_env(bundle) == {} and env.bundle_setting("online", True) is None
 
 
 # ---- python -m trainer.cache ----------------------------------------------------------------
@@ -180,6 +181,18 @@ def test_ls_export_by_model_and_import(tmp_path, capsys):
     assert "imported 1 file(s)" in capsys.readouterr().out and (fresh / TRITON).is_file()
     cache_main(["--cache-dir", str(fresh), "ls"])
     assert "resnet18" in capsys.readouterr().out
+
+
+def test_ls_reads_the_bundle_a_sweep_directory_keeps(tmp_path, capsys):
+    sweep = SweepLayout(tmp_path / "sweeps" / "abc")
+    cache = _recorded_cache(tmp_path)
+    cache_main(
+        ["--cache-dir", str(cache), "export", str(sweep.compile_cache), "--model", "resnet18"]
+    )
+    capsys.readouterr()
+    cache_main(["--cache-dir", str(cache), "ls", str(sweep.root)])
+    out = capsys.readouterr().out
+    assert "resnet18" in out and "small_cnn" not in out
 
 
 def test_import_skips_other_machines_and_says_why(tmp_path, capsys):

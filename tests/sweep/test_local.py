@@ -154,8 +154,8 @@ def test_leaderboard_stays_readable_at_80_columns():
 
 
 def test_results_and_best_yaml_are_written_atomically(tmp_path, monkeypatch):
-    from trainer.outputs.layout import SweepLayout
     from trainer.sweep.store.database import SweepStore
+    from trainer.sweep.store.directory import SweepLayout
 
     layout = SweepLayout(tmp_path)
     store = SweepStore(layout.db)

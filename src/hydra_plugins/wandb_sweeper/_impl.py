@@ -15,7 +15,7 @@ from omegaconf.errors import OmegaConfBaseException
 from trainer.config.paths import conf_dir
 from trainer.config.schema import ConfigError, flatten
 from trainer.errors import TrainerError, exit_on_error
-from trainer.outputs.layout import SweepLayout, default_output_root
+from trainer.outputs.layout import default_output_root
 from trainer.preflight import validate
 from trainer.sweep.agents import cpu_share, gpu_slots
 from trainer.sweep.agents.launched import BASIC, LauncherJobs, launcher_name, launcher_problem
@@ -33,7 +33,7 @@ from trainer.sweep.definition.translate import (
 )
 from trainer.sweep.options import AgentHooks, SweepOptions
 from trainer.sweep.search import repeats as repeating
-from trainer.sweep.store.directory import write_sweep_yaml
+from trainer.sweep.store.directory import SweepLayout, write_sweep_yaml
 
 
 def config_keys(config: DictConfig) -> list[str]:

@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 
 from trainer.cache import shipping
-from trainer.cache.bundle import Bundle
+from trainer.cache.bundle import Bundle, BundleLayout
 from trainer.cache.key import describe
 from trainer.errors import TrainerError, exit_on_error
-from trainer.outputs.layout import BundleLayout, default_cache_root
+from trainer.outputs.layout import default_cache_root
 
 
 def _size(n: float) -> str:

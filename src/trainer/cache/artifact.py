@@ -10,10 +10,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from trainer.cache.bundle import Bundle
+from trainer.cache.bundle import Bundle, BundleLayout
 from trainer.cache.key import describe
 from trainer.config.schema import LoggerConfig
-from trainer.outputs.layout import BundleLayout
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,8 @@
 """A compile-cache bundle on disk (a sweep's compile_cache/, an exported folder, a cache dir's
-own records): parts per machine key, files copied in atomically and never overwritten, one
-record per workload that added files. No locks: concurrent agents (other machines on a shared
-sweep directory too) only add files named by their content's hash and records of their own."""
+own records): its files (`BundleLayout`), parts per machine key, files copied in atomically and
+never overwritten, one record per workload that added files. No locks: concurrent agents
+(other machines on a shared sweep directory too) only add files named by their content's hash
+and records of their own."""
 
 from __future__ import annotations
 
@@ -12,14 +13,54 @@ import shutil
 import socket
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from trainer.cache.entries import cache_files
 from trainer.cache.key import key_id
-from trainer.outputs.layout import BundleLayout, write_text_atomic
+from trainer.outputs.layout import write_text_atomic
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BundleLayout:
+    """A compile-cache bundle: one part per machine key (`key.json`), holding the cache files
+    (as under a cache dir: inductor/, triton/) and one record per workload that added files.
+    `in_cache`: a cache dir's own records (<cache>/bundle/<key>/), its files at the cache root."""
+
+    root: Path
+    in_cache: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    @classmethod
+    def kept_in(cls, folder: str | Path) -> BundleLayout:
+        """The bundle a folder keeps for the runs it holds (a local sweep directory's):
+        <folder>/compile_cache/."""
+        return cls(Path(folder) / "compile_cache")
+
+    @property
+    def parts_dir(self) -> Path:
+        return self.root / "bundle" if self.in_cache else self.root
+
+    def part(self, key_id: str) -> Path:
+        return self.parts_dir / key_id
+
+    def key_file(self, key_id: str) -> Path:
+        return self.part(key_id) / "key.json"
+
+    def records(self, key_id: str) -> Path:
+        return self.part(key_id) / "records"
+
+    def record(self, key_id: str, name: str) -> Path:
+        return self.records(key_id) / f"{name}.json"
+
+    def files(self, key_id: str) -> Path:
+        """Where the part's cache files live (a cache dir's own: the cache root)."""
+        return self.root if self.in_cache else self.part(key_id) / "files"
 
 
 def copy_file(source: Path, target: Path) -> None:

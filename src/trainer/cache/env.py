@@ -7,18 +7,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from trainer.outputs.layout import SweepLayout
-
 BUNDLE_ENV = "TRAINER_CACHE_BUNDLE"
 WANDB = "wandb"
 
 
-def sweep_bundle_env(layout: SweepLayout) -> dict[str, str]:
-    """What a local agent adds to a trial's environment: its sweep's bundle, unless the user
-    named one (or `off`) already."""
+def sweep_bundle_env(bundle: Path) -> dict[str, str]:
+    """What a local agent adds to a trial's environment: its sweep's bundle folder, unless the
+    user named one (or `off`) already."""
     if os.environ.get(BUNDLE_ENV):
         return {}
-    return {BUNDLE_ENV: str(layout.compile_cache)}
+    return {BUNDLE_ENV: str(bundle)}
 
 
 def bundle_setting(logger_mode: str, logger_enabled: bool) -> str | Path | None:

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from trainer.cache import entries
-from trainer.cache.bundle import Bundle
+from trainer.cache.bundle import Bundle, BundleLayout
 from trainer.cache.env import WANDB, bundle_setting
 from trainer.cache.key import describe, differences, key_id, machine_key
 from trainer.cache.workload import label, workload, workload_id
 from trainer.config.schema import TrainConfig
-from trainer.outputs.layout import BundleLayout, RunLayout
+from trainer.outputs.layout import RunLayout
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,7 @@
 """Shipping a compile cache by hand: a bundle as a folder or a .tar.gz, read from a cache dir,
-a bundle folder or a sweep directory; export (optionally only some models' workloads) and
-import (only the parts whose machine key is this machine's, saying what was skipped)."""
+a bundle folder or a folder that keeps one (a sweep directory); export (optionally only some
+models' workloads) and import (only the parts whose machine key is this machine's, saying what
+was skipped)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from trainer.cache.bundle import Bundle
+from trainer.cache.bundle import Bundle, BundleLayout
 from trainer.cache.key import describe, differences, key_id, machine_key
 from trainer.errors import TrainerError
-from trainer.outputs.layout import BundleLayout, SweepLayout, default_output_root
 
 ARCHIVES = (".tar.gz", ".tgz")
 
@@ -25,12 +25,9 @@ def is_archive(path: Path) -> bool:
 
 @contextlib.contextmanager
 def opened(path: Path, what: str) -> Iterator[Bundle]:
-    """The bundle at `path`: a .tar.gz (unpacked for the duration), a sweep directory (its
-    compile_cache/), a cache dir (its own records) or a bundle folder."""
+    """The bundle at `path`: a .tar.gz (unpacked for the duration), a folder that keeps one (a
+    sweep directory: its compile_cache/), a cache dir (its own records) or a bundle folder."""
     path = Path(path).expanduser()
-    by_id = SweepLayout.under(default_output_root(), str(path))
-    if not path.exists() and len(path.parts) == 1 and by_id.exists():
-        path = by_id.root  # a sweep id, as `trainer.agent` and `trainer.sweep show` take
     if is_archive(path) and path.is_file():
         with tempfile.TemporaryDirectory(prefix="compile-cache-") as tmp:
             with tarfile.open(path, "r:gz") as archive:
@@ -40,10 +37,10 @@ def opened(path: Path, what: str) -> Iterator[Bundle]:
     if not path.is_dir():
         raise TrainerError(
             f"{what} {path}: no such folder or .tar.gz; give a bundle written by "
-            "`python -m trainer.cache export`, a sweep directory or id, or a cache dir."
+            "`python -m trainer.cache export`, a sweep directory, or a cache dir."
         )
-    if SweepLayout(path).exists():
-        path = SweepLayout(path).compile_cache
+    if BundleLayout.kept_in(path).root.is_dir():
+        path = BundleLayout.kept_in(path).root
     in_cache = (path / "inductor").is_dir() or (path / "bundle").is_dir()
     yield Bundle(BundleLayout(path, in_cache=in_cache))
 

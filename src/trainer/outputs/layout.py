@@ -1,5 +1,6 @@
-"""Where things live: the files of a run directory and of a
-sweep directory. Every file name is spelled here and nowhere else."""
+"""Where a run's things live: the default output and cache roots and the files of a run
+directory (each of its file names is spelled here and nowhere else); the atomic write every
+result file goes through."""
 
 from __future__ import annotations
 
@@ -70,121 +71,6 @@ class RunLayout:
     def compile_report(self) -> Path:
         """tlparse's report of the compile trace (its index.html)."""
         return self.compile_trace / "report" / "index.html"
-
-
-@dataclass(frozen=True)
-class SweepLayout:
-    """The files of one local sweep directory (`hydra.sweep.dir`, or <output>/sweeps/<id>/)."""
-
-    root: Path
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "root", Path(self.root))
-
-    @classmethod
-    def under(cls, output_root: str | Path, sweep_id: str) -> SweepLayout:
-        """The default place of a sweep: <output root>/sweeps/<sweep id>/."""
-        return cls(Path(output_root) / "sweeps" / sweep_id)
-
-    @staticmethod
-    def sweeps_dir(output_root: str | Path) -> Path:
-        return Path(output_root) / "sweeps"
-
-    @property
-    def db(self) -> Path:
-        return self.root / "sweep.db"
-
-    @property
-    def storage(self) -> Path:
-        """The sweep's database when it is not sweep.db: its URL (without password), its id."""
-        return self.root / "storage.yaml"
-
-    @property
-    def yaml(self) -> Path:
-        return self.root / "sweep.yaml"
-
-    @property
-    def pbt(self) -> Path:
-        """method: pbt: each member's reports, checkpoints per interval and lineage."""
-        return self.root / "pbt"
-
-    @property
-    def results(self) -> Path:
-        return self.root / "results.json"
-
-    @property
-    def best(self) -> Path:
-        return self.root / "best.yaml"
-
-    @property
-    def plot(self) -> Path:
-        return self.root / "sweep.png"
-
-    @property
-    def optimizer_log(self) -> Path:
-        """The messages of a scheduler-driven sweep's optimizer (optuna, ax), every holder's."""
-        return self.root / "logs" / "optimizer.log"
-
-    @property
-    def compile_cache(self) -> Path:
-        """The sweep's compile-cache bundle (trainer.cache.bundle, laid out by BundleLayout)."""
-        return self.root / "compile_cache"
-
-    def prewarm(self, workload_id: str) -> RunLayout:
-        """The run directory of hydra.sweeper.prewarm's compile of one workload."""
-        return RunLayout(self.root / "prewarm" / workload_id)
-
-    def prewarm_log(self, workload_id: str) -> Path:
-        return self.root / "prewarm" / f"{workload_id}.log"
-
-    def run(self, run_id: str) -> RunLayout:
-        return RunLayout(self.root / "runs" / run_id)
-
-    def log(self, run_id: str) -> Path:
-        return self.root / "logs" / f"{run_id}.log"
-
-    def template_log(self, agent_pid: int) -> Path:
-        """What an agent's trial template printed (import errors; trials log to their own)."""
-        return self.root / "logs" / f"template-{agent_pid}.log"
-
-    def params(self, run_id: str) -> Path:
-        return self.root / "params" / f"{run_id}.yaml"
-
-    def exists(self) -> bool:
-        return self.db.is_file() or self.storage.is_file()
-
-
-@dataclass(frozen=True)
-class BundleLayout:
-    """A compile-cache bundle: one part per machine key (`key.json`), holding the cache files
-    (as under a cache dir: inductor/, triton/) and one record per workload that added files.
-    `in_cache`: a cache dir's own records (<cache>/bundle/<key>/), its files at the cache root."""
-
-    root: Path
-    in_cache: bool = False
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "root", Path(self.root))
-
-    @property
-    def parts_dir(self) -> Path:
-        return self.root / "bundle" if self.in_cache else self.root
-
-    def part(self, key_id: str) -> Path:
-        return self.parts_dir / key_id
-
-    def key_file(self, key_id: str) -> Path:
-        return self.part(key_id) / "key.json"
-
-    def records(self, key_id: str) -> Path:
-        return self.part(key_id) / "records"
-
-    def record(self, key_id: str, name: str) -> Path:
-        return self.records(key_id) / f"{name}.json"
-
-    def files(self, key_id: str) -> Path:
-        """Where the part's cache files live (a cache dir's own: the cache root)."""
-        return self.root if self.in_cache else self.part(key_id) / "files"
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

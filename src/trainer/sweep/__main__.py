@@ -10,13 +10,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trainer.errors import exit_on_error
-from trainer.outputs.layout import SweepLayout
 from trainer.sweep.report import leaderboard
 from trainer.sweep.report.dashboard import serving as dashboard
 from trainer.sweep.search import dispatch
 from trainer.sweep.store.database import SweepStore
-from trainer.sweep.store.directory import UnknownSweep, find, known, output_root, sweep_id_of
-from trainer.sweep.store.opening import open_store, open_sweep, recorded, sweep_ids
+from trainer.sweep.store.directory import (
+    SweepLayout,
+    UnknownSweep,
+    find,
+    known,
+    output_root,
+    recorded,
+    sweep_id_of,
+)
+from trainer.sweep.store.opening import open_store, open_sweep, sweep_ids
 from trainer.sweep.store.storage import Storage, shown
 
 if TYPE_CHECKING:

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trainer.errors import TrainerError, exit_on_error
-from trainer.outputs.layout import SweepLayout
 from trainer.sweep.agents import cpu_share
 
+from trainer.sweep.store.directory import SweepLayout
 if TYPE_CHECKING:
     from trainer.sweep.store.database import SweepStore
 
@@ -86,8 +86,8 @@ def _devices(text: str | None) -> list[str] | None:
 def _sweep(sweep: str, storage: str | None, root: Path) -> tuple[SweepLayout, SweepStore | None]:
     """The sweep's directory and, with --storage, its store on that server (a machine that
     has no directory of the sweep yet gets <root>/sweeps/<id>/ for its runs)."""
-    from trainer.sweep.store.directory import UnknownSweep, find
-    from trainer.sweep.store.opening import open_sweep, recorded
+    from trainer.sweep.store.directory import UnknownSweep, find, recorded
+    from trainer.sweep.store.opening import open_sweep
 
     if storage is None:
         return find("sweep", sweep, root), None

@@ -14,7 +14,6 @@ from pathlib import Path
 
 from trainer.config.rules import ConfigError
 from trainer.errors import TrainerError
-from trainer.outputs.layout import SweepLayout
 from trainer.sweep.agents import cpu_share
 from trainer.sweep.agents.gpu_slots import DevicePlan, agent_count
 from trainer.sweep.agents.launched import JOB_DIR, AgentJob, env_added
@@ -26,6 +25,7 @@ from trainer.sweep.search import dispatch
 from trainer.sweep.search.repeats import Repeats
 from trainer.sweep.store.database import SweepStore
 from trainer.sweep.store.directory import (
+    SweepLayout,
     create,
     find,
     join_command,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from trainer.sweep.store.database import DEFAULT_MAX_RETRIES
 
 if TYPE_CHECKING:
-    from trainer.outputs.layout import SweepLayout
+    from trainer.sweep.store.directory import SweepLayout
 
 BACKENDS = ("local", "wandb")
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from trainer.cache.env import BUNDLE_ENV, WANDB
 from trainer.cache.workload import label, workload, workload_id
-from trainer.outputs.layout import SweepLayout
 from trainer.sweep.options import SweepOptions
+from trainer.sweep.store.directory import SweepLayout
 
 FULL_PRODUCT = 256  # up to this many combinations, every one is composed; beyond, relevant keys
 

@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from trainer.outputs.layout import SweepLayout
 from trainer.sweep.agents import cpu_share, gpu_slots
 from trainer.sweep.agents.gpu_slots import DevicePlan
 from trainer.sweep.agents.launched import FORWARDING, JOB_DIR, AgentJob, StartAgents, env_added
 from trainer.sweep.options import AgentHooks, SweepOptions
-from trainer.sweep.store.directory import write_sweep_yaml
+from trainer.sweep.store.directory import SweepLayout, write_sweep_yaml
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 PROBE_TIMEOUT_S = 3.0

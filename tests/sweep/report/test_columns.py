@@ -82,9 +82,8 @@ def test_sweep_ls_at_80_columns_names_ids_and_puts_paths_on_their_own_line(tmp_p
 
 
 def test_cache_ls_at_80_columns_keeps_run_ids_whole(tmp_path):
-    from trainer.cache.bundle import Bundle
+    from trainer.cache.bundle import Bundle, BundleLayout
     from trainer.cache.key import key_id, machine_key
-    from trainer.outputs.layout import BundleLayout
 
     cache = tmp_path / "cache"
     bundle, here = Bundle(BundleLayout(cache, in_cache=True)), machine_key("cpu")

@@ -11,10 +11,10 @@ import pytest
 import yaml
 from rich.console import Console
 
-from trainer.outputs.layout import SweepLayout
 from trainer.sweep.__main__ import ls
 from trainer.sweep.report import leaderboard, pareto
 from trainer.sweep.store.database import SweepStore
+from trainer.sweep.store.directory import SweepLayout
 
 GOALS = [{"name": "val/acc", "goal": "maximize"}, {"name": "perf/step_ms", "goal": "minimize"}]
 

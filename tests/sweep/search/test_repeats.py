@@ -243,8 +243,8 @@ def test_the_leaderboard_of_configurations_fits_80_columns_and_says_how_it_ranks
 
 def test_an_optuna_sweep_hands_out_each_suggestion_with_every_seed_then_asks_again(tmp_path):
     pytest.importorskip("optuna")
-    from trainer.outputs.layout import SweepLayout
     from trainer.sweep.search.suggest.driver import SchedulerEngine
+    from trainer.sweep.store.directory import SweepLayout
 
     config = {
         "method": "custom",

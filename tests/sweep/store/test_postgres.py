@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from trainer.errors import TrainerError
-from trainer.outputs.layout import SweepLayout
 from trainer.sweep.report import leaderboard
+from trainer.sweep.store.directory import SweepLayout, recorded
 from trainer.sweep.store.liveness import STALE_S, this_host
-from trainer.sweep.store.opening import open_store, open_sweep, recorded, sweep_ids
+from trainer.sweep.store.opening import open_store, open_sweep, sweep_ids
 from trainer.sweep.store.storage import Storage
 
 pytestmark = pytest.mark.slow

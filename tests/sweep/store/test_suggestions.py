@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from trainer.outputs.layout import SweepLayout
 from trainer.sweep.search.suggest.driver import SchedulerDriver, SchedulerEngine
 from trainer.sweep.store.database import SweepStore
+from trainer.sweep.store.directory import SweepLayout
 from trainer.sweep.store.suggestions import SuggestionQueue
 
 CONFIG = {

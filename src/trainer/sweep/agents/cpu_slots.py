@@ -12,7 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trainer.outputs.layout import SweepLayout
 from trainer.sweep.agents.cpu_share import (
     ENV_PER_TRIAL,
     ENV_SLOT,
@@ -24,6 +23,7 @@ from trainer.sweep.agents.cpu_share import (
     process_limits,
 )
 from trainer.sweep.store.database import SweepStore
+from trainer.sweep.store.directory import SweepLayout
 from trainer.sweep.store.liveness import Holder, this_host
 from trainer.sweep.store.reconnect import retrying
 

@@ -18,14 +18,13 @@ from typing import Any
 
 from trainer.cache import env as cache_env
 from trainer.errors import TrainerError
-from trainer.outputs.layout import SweepLayout
 from trainer.sweep.agents import cpu_share, cpu_slots, gpu_slots
 from trainer.sweep.agents.launched import WARNING_SIGNALS, ended_by_cluster
 from trainer.sweep.agents.trial_start import Trial, TrialStarter
 from trainer.sweep.definition.command import expand_trial_command
 from trainer.sweep.search import dispatch, pbt_policy
 from trainer.sweep.store.database import RunRecord, SweepStore
-from trainer.sweep.store.directory import sweep_id_of
+from trainer.sweep.store.directory import SweepLayout, sweep_id_of
 from trainer.sweep.store.opening import open_store
 from trainer.sweep.store.records import BUSY
 from trainer.trial.pbt_files import Settings as PbtSettings
@@ -196,7 +195,11 @@ class LocalAgent:
             if not self.share:
                 return 128 + (self.signum or signal.SIGTERM)
             self.starter = TrialStarter(  # the template's environment is the trials' (bundle too)
-                {**os.environ, **self.share.env(), **cache_env.sweep_bundle_env(self.layout)},
+                {
+                    **os.environ,
+                    **self.share.env(),
+                    **cache_env.sweep_bundle_env(self.layout.compile_cache),
+                },
                 self.share.cores,
                 self.layout.template_log(os.getpid()),
                 command=self.config.get("command"),
@@ -294,7 +297,7 @@ class LocalAgent:
             **wandb_agent_env(self.sweep_id, run.id, run.params, params_path, run_dir),
             **self.share.env(),
             **gpu_slots.devices_env(run.devices),
-            **cache_env.sweep_bundle_env(self.layout),  # the sweep's compile-cache bundle
+            **cache_env.sweep_bundle_env(self.layout.compile_cache),  # its compile-cache bundle
             **(self.pbt.to_env() if self.pbt else {}),  # method: pbt
         }
         verb = "resuming" if resume else "starting"

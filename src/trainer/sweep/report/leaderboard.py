@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from trainer.outputs.layout import SweepLayout, write_text_atomic
+from trainer.outputs.layout import write_text_atomic
 from trainer.sweep.definition.command import fixed_overrides
 from trainer.sweep.report import pareto
 from trainer.sweep.report.plot import figure as figure
@@ -21,6 +21,7 @@ from trainer.sweep.report.plot import plot as plot
 from trainer.sweep.search import classic, dispatch, pbt_policy
 from trainer.sweep.search import repeats as repeating
 from trainer.sweep.store.database import RunRecord, SweepStore
+from trainer.sweep.store.directory import SweepLayout
 from trainer.trial.pbt_files import lineage_of
 
 if TYPE_CHECKING:

@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from trainer.outputs.layout import SweepLayout
 from trainer.sweep.report import leaderboard
 from trainer.sweep.search import dispatch
 from trainer.sweep.store.database import RunRecord, SweepStore
+from trainer.sweep.store.directory import SweepLayout
 
 GOING = ("running", "preempted")  # a run still to end: training, or waiting to resume
 

@@ -7,14 +7,13 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from trainer.outputs.layout import SweepLayout
 from trainer.sweep.search import classic, pbt_engine
 from trainer.sweep.search.custom_method import LIBRARY, drives_optimizer, engine_of
 from trainer.sweep.search.pbt_engine import PbtEngine
 from trainer.sweep.search.pbt_policy import is_pbt
 from trainer.sweep.search.repeats import Repeats, configurations, proposer
 from trainer.sweep.store.database import RunRecord, SweepStore
-from trainer.sweep.store.directory import new_id
+from trainer.sweep.store.directory import SweepLayout, new_id
 from trainer.sweep.store.records import Busy
 
 

@@ -1,6 +1,9 @@
-"""Where local sweeps live: a sweep's directory (`hydra.sweep.dir` when the user sets it, else
-<output root>/sweeps/<id>/), its id, the link that lets the id find a sweep kept elsewhere,
-the hint that joins it, and its sweep.yaml."""
+"""Where local sweeps live: a sweep directory's files (`SweepLayout`), where it is
+(`hydra.sweep.dir` when the user sets it, else <output root>/sweeps/<id>/), its id, the link
+that lets the id find a sweep kept elsewhere, what it records of a database server
+(storage.yaml), the hint that joins it, and its sweep.yaml. Each file name of a sweep
+directory is spelled here and nowhere else, its compile-cache bundle's aside (compile_cache/,
+the cache's: BundleLayout.kept_in)."""
 
 from __future__ import annotations
 
@@ -9,14 +12,117 @@ import os
 import secrets
 import string
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from trainer.cache.bundle import BundleLayout
 from trainer.errors import TrainerError
-from trainer.outputs.layout import SweepLayout, default_output_root, write_text_atomic
+from trainer.outputs.layout import RunLayout, default_output_root, write_text_atomic
 from trainer.sweep.store.database import SweepStore
-from trainer.sweep.store.opening import open_store
+
+
+@dataclass(frozen=True)
+class SweepLayout:
+    """The files of one local sweep directory (`hydra.sweep.dir`, or <output>/sweeps/<id>/)."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    @classmethod
+    def under(cls, output_root: str | Path, sweep_id: str) -> SweepLayout:
+        """The default place of a sweep: <output root>/sweeps/<sweep id>/."""
+        return cls(cls.sweeps_dir(output_root) / sweep_id)
+
+    @staticmethod
+    def sweeps_dir(output_root: str | Path) -> Path:
+        return Path(output_root) / "sweeps"
+
+    @property
+    def db(self) -> Path:
+        return self.root / "sweep.db"
+
+    @property
+    def storage(self) -> Path:
+        """The sweep's database when it is not sweep.db: its URL (without password), its id."""
+        return self.root / "storage.yaml"
+
+    @property
+    def yaml(self) -> Path:
+        return self.root / "sweep.yaml"
+
+    @property
+    def pbt(self) -> Path:
+        """method: pbt: each member's reports, checkpoints per interval and lineage."""
+        return self.root / "pbt"
+
+    @property
+    def results(self) -> Path:
+        return self.root / "results.json"
+
+    @property
+    def best(self) -> Path:
+        return self.root / "best.yaml"
+
+    @property
+    def plot(self) -> Path:
+        return self.root / "sweep.png"
+
+    @property
+    def optimizer_log(self) -> Path:
+        """The messages of a scheduler-driven sweep's optimizer (optuna, ax), every holder's."""
+        return self.root / "logs" / "optimizer.log"
+
+    @property
+    def compile_cache(self) -> Path:
+        """The sweep's compile-cache bundle, where the cache keeps one (BundleLayout.kept_in)."""
+        return BundleLayout.kept_in(self.root).root
+
+    def prewarm(self, workload_id: str) -> RunLayout:
+        """The run directory of hydra.sweeper.prewarm's compile of one workload."""
+        return RunLayout(self.root / "prewarm" / workload_id)
+
+    def prewarm_log(self, workload_id: str) -> Path:
+        return self.root / "prewarm" / f"{workload_id}.log"
+
+    def run(self, run_id: str) -> RunLayout:
+        return RunLayout(self.root / "runs" / run_id)
+
+    def log(self, run_id: str) -> Path:
+        return self.root / "logs" / f"{run_id}.log"
+
+    def template_log(self, agent_pid: int) -> Path:
+        """What an agent's trial template printed (import errors; trials log to their own)."""
+        return self.root / "logs" / f"template-{agent_pid}.log"
+
+    def params(self, run_id: str) -> Path:
+        return self.root / "params" / f"{run_id}.yaml"
+
+    def exists(self) -> bool:
+        return self.db.is_file() or self.storage.is_file()
+
+
+def recorded(sweep_dir: str | Path) -> dict[str, str] | None:
+    """What the sweep directory records of its database ({url, sweep_id}), if it is a server's."""
+    path = SweepLayout(Path(sweep_dir)).storage
+    if not path.is_file():
+        return None
+    found = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(found, dict) or not found.get("url"):
+        raise TrainerError(f"{path}: give url (the sweep's database URL) and sweep_id")
+    return {"url": str(found["url"]), "sweep_id": str(found.get("sweep_id") or "")}
+
+
+def record_storage(layout: SweepLayout, url: str, sweep_id: str) -> None:
+    """Record in the sweep directory that its store is sweep `sweep_id` on the server of `url`
+    (given without its password), so that the directory or the id finds the database."""
+    entry = {"url": url, "sweep_id": sweep_id}
+    if recorded(layout.root) != entry:
+        layout.root.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(layout.storage, yaml.safe_dump(entry, sort_keys=False))
 
 
 class UnknownSweep(TrainerError):
@@ -58,6 +164,19 @@ def sweep_id_of(store: SweepStore, layout: SweepLayout) -> str:
     return store.get("sweep_id") or layout.root.name
 
 
+def _held_id(layout: SweepLayout) -> str:
+    """The id of the sweep a directory holds: the one its storage.yaml records, else its
+    sweep.db's."""
+    server = recorded(layout.root)
+    if server is not None:
+        return server["sweep_id"] or layout.root.name
+    store = SweepStore(layout.db)
+    try:
+        return sweep_id_of(store, layout)
+    finally:
+        store.close()
+
+
 def create(root: str | Path, sweep_id: str, directory: str | Path | None) -> SweepLayout:
     """The folder of a new sweep: `directory` (the user's hydra.sweep.dir, linked from
     <root>/sweeps/<id> so the id finds it) or <root>/sweeps/<id>/. A folder that already holds
@@ -66,9 +185,7 @@ def create(root: str | Path, sweep_id: str, directory: str | Path | None) -> Swe
         SweepLayout(Path(directory).resolve()) if directory else SweepLayout.under(root, sweep_id)
     )
     if layout.exists():
-        store = open_store(layout.root)
-        other = sweep_id_of(store, layout)
-        store.close()
+        other = _held_id(layout)
         raise TrainerError(
             f"hydra.sweep.dir={layout.root} already holds sweep {other}: resume it with "
             f"hydra.sweeper.sweep_id={other}, or set hydra.sweep.dir to a new directory."

@@ -8,35 +8,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
 from sqlalchemy import inspect
 from sqlalchemy.engine import make_url
 
 from trainer.errors import TrainerError
-from trainer.outputs.layout import SweepLayout, write_text_atomic
 from trainer.sweep.store.database import SweepStore
+from trainer.sweep.store.directory import SweepLayout, record_storage, recorded
 from trainer.sweep.store.netfs import warn_if_network
 from trainer.sweep.store.storage import Storage, check, make_engine, schema_of, shown
 
 PREFIX = "sweep_"  # the schema of sweep <id> is sweep_<id> (storage.schema_of)
-
-
-def recorded(sweep_dir: str | Path) -> dict[str, str] | None:
-    """What the sweep directory records of its database ({url, sweep_id}), if it is a server's."""
-    path = SweepLayout(Path(sweep_dir)).storage
-    if not path.is_file():
-        return None
-    found = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(found, dict) or not found.get("url"):
-        raise TrainerError(f"{path}: give url (the sweep's database URL) and sweep_id")
-    return {"url": str(found["url"]), "sweep_id": str(found.get("sweep_id") or "")}
-
-
-def _record(layout: SweepLayout, where: Storage, sweep_id: str) -> None:
-    entry = {"url": where.shown, "sweep_id": sweep_id}
-    if recorded(layout.root) != entry:
-        layout.root.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(layout.storage, yaml.safe_dump(entry, sort_keys=False))
 
 
 def open_store(
@@ -58,7 +39,7 @@ def open_store(
     where = Storage.server(url, sweep_id)
     store = SweepStore(storage=where)
     if storage is not None and not where.is_sqlite:
-        _record(layout, where, sweep_id)
+        record_storage(layout, where.shown, sweep_id)
     return store
 
 

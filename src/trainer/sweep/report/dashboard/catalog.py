@@ -11,13 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from trainer.errors import TrainerError
-from trainer.outputs.layout import SweepLayout
 from trainer.sweep.report.dashboard import figures, snapshot
 from trainer.sweep.report.dashboard.importance import importances
 from trainer.sweep.search import dispatch
 from trainer.sweep.store.database import SweepStore
-from trainer.sweep.store.directory import UnknownSweep, find, known
-from trainer.sweep.store.opening import open_reader, recorded, sweep_ids
+from trainer.sweep.store.directory import SweepLayout, UnknownSweep, find, known, recorded
+from trainer.sweep.store.opening import open_reader, sweep_ids
 from trainer.sweep.store.storage import shown
 
 

@@ -12,12 +12,11 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from trainer.outputs.layout import SweepLayout
 from trainer.sweep.search.custom_method import engine_of
 from trainer.sweep.search.repeats import Repeats, collapsed, configurations, proposer
 from trainer.sweep.search.suggest.wandb_door import OptimizerSession, TrialView
 from trainer.sweep.store.database import TERMINAL, RunRecord, SweepStore
-from trainer.sweep.store.directory import new_id
+from trainer.sweep.store.directory import SweepLayout, new_id
 from trainer.sweep.store.reconnect import retrying
 from trainer.sweep.store.records import Busy
 from trainer.sweep.store.suggestions import SuggestionQueue
