@@ -195,6 +195,20 @@ def test_ls_reads_the_bundle_a_sweep_directory_keeps(tmp_path, capsys):
     assert "resnet18" in out and "small_cnn" not in out
 
 
+def test_ls_takes_a_sweep_id_under_the_output_root(tmp_path, capsys, monkeypatch):
+    output = tmp_path / "outputs"
+    monkeypatch.setenv("TRAINER_OUTPUT_DIR", str(output))
+    sweep = SweepLayout.under(output, "abc")
+    cache = _recorded_cache(tmp_path)
+    cache_main(
+        ["--cache-dir", str(cache), "export", str(sweep.compile_cache), "--model", "resnet18"]
+    )
+    capsys.readouterr()
+    monkeypatch.chdir(tmp_path)  # no folder named abc here: the id is looked up
+    cache_main(["--cache-dir", str(cache), "ls", "abc"])
+    assert "resnet18" in capsys.readouterr().out
+
+
 def test_import_skips_other_machines_and_says_why(tmp_path, capsys):
     cache = _recorded_cache(tmp_path)
     cache_main(["--cache-dir", str(cache), "export", str(tmp_path / "all")])

@@ -15,6 +15,7 @@ from typing import Any
 from trainer.cache.bundle import Bundle, BundleLayout
 from trainer.cache.key import describe, differences, key_id, machine_key
 from trainer.errors import TrainerError
+from trainer.outputs.layout import default_output_root, sweeps_root
 
 ARCHIVES = (".tar.gz", ".tgz")
 
@@ -28,6 +29,9 @@ def opened(path: Path, what: str) -> Iterator[Bundle]:
     """The bundle at `path`: a .tar.gz (unpacked for the duration), a folder that keeps one (a
     sweep directory: its compile_cache/), a cache dir (its own records) or a bundle folder."""
     path = Path(path).expanduser()
+    by_id = sweeps_root(default_output_root()) / str(path)
+    if not path.exists() and len(path.parts) == 1 and by_id.is_dir():
+        path = by_id  # a sweep id, as `trainer.agent` and `trainer.sweep show` take
     if is_archive(path) and path.is_file():
         with tempfile.TemporaryDirectory(prefix="compile-cache-") as tmp:
             with tarfile.open(path, "r:gz") as archive:
@@ -37,7 +41,7 @@ def opened(path: Path, what: str) -> Iterator[Bundle]:
     if not path.is_dir():
         raise TrainerError(
             f"{what} {path}: no such folder or .tar.gz; give a bundle written by "
-            "`python -m trainer.cache export`, a sweep directory, or a cache dir."
+            "`python -m trainer.cache export`, a sweep directory or id, or a cache dir."
         )
     if BundleLayout.kept_in(path).root.is_dir():
         path = BundleLayout.kept_in(path).root

@@ -25,6 +25,12 @@ def default_output_root() -> Path:
     return _default_path("output_dir")
 
 
+def sweeps_root(output_root: str | Path) -> Path:
+    """Where an output root keeps its sweeps, one folder per sweep id (trainer.sweep's
+    SweepLayout holds each sweep directory's files)."""
+    return Path(output_root) / "sweeps"
+
+
 def default_cache_root() -> Path:
     """The compile cache every run shares by default (paths.cache_dir: $TRAINER_CACHE_DIR)."""
     return _default_path("cache_dir")

@@ -19,7 +19,7 @@ import yaml
 
 from trainer.cache.bundle import BundleLayout
 from trainer.errors import TrainerError
-from trainer.outputs.layout import RunLayout, default_output_root, write_text_atomic
+from trainer.outputs.layout import RunLayout, default_output_root, sweeps_root, write_text_atomic
 from trainer.sweep.store.database import SweepStore
 
 
@@ -39,7 +39,7 @@ class SweepLayout:
 
     @staticmethod
     def sweeps_dir(output_root: str | Path) -> Path:
-        return Path(output_root) / "sweeps"
+        return sweeps_root(output_root)
 
     @property
     def db(self) -> Path:
