@@ -12,6 +12,7 @@ from hydra.types import HydraContext, RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from hydra_plugins.wandb_sweeper.config import WandbSweeperConf
 from trainer.config.paths import conf_dir
 from trainer.config.schema import ConfigError, flatten
 from trainer.errors import TrainerError, exit_on_error
@@ -146,7 +147,7 @@ def trial_config_problems(
     sweep_config: dict[str, Any],
     config: DictConfig,
     hydra_context: HydraContext,
-    gpus_per_trial: int = 1,
+    gpus_per_trial: int,
 ) -> list[str]:
     """What trainer.preflight.validate finds in the trials' fully composed fixed config, and a
     global batch that the processes of a multi-GPU trial cannot split evenly."""
@@ -302,14 +303,18 @@ class Launch:
         }
 
 
+def sweeper_keys(conf: WandbSweeperConf) -> dict[str, Any]:
+    """The sweeper's keys as plain values (Hydra hands its blocks over as DictConfig)."""
+    keys = OmegaConf.to_container(OmegaConf.structured(conf), resolve=True)
+    keys.pop("_target_")
+    return keys
+
+
 @exit_on_error
 def sweep(
-    options: Any, config: DictConfig, hydra_context: HydraContext, arguments: list[str]
+    conf: WandbSweeperConf, config: DictConfig, hydra_context: HydraContext, arguments: list[str]
 ) -> Any:
-    sweeper = {
-        k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
-        for k, v in options.items()
-    }
+    sweeper = sweeper_keys(conf)
     typed = SweepOptions.of(sweeper, config.get("logger") or {})
     root = Path(OmegaConf.select(config, "paths.output_dir") or default_output_root())
     try:

@@ -1,4 +1,5 @@
-"""The `hydra.sweeper.*` keys of `hydra/sweeper=wandb` (registered with Hydra's ConfigStore)."""
+"""The `hydra.sweeper.*` keys of `hydra/sweeper=wandb` (registered with Hydra's ConfigStore): each
+key's type and default is declared here once; the sweep side derives its options from these."""
 
 from dataclasses import dataclass, field
 from typing import Any, Optional  # noqa: UP035 (Hydra scans this module without sys.modules; no postponed annotations)
@@ -27,36 +28,10 @@ class PbtConf:
 
 
 @dataclass
-class WandbSweeperConf:
-    _target_: str = "hydra_plugins.wandb_sweeper.wandb_sweeper.WandbSweeper"
-    # The W&B sweep configuration (https://docs.wandb.ai/guides/sweeps/sweep-config-keys).
-    method: str = "random"  # grid | random | bayes | custom (with scheduler) | pbt
-    # {name, goal, ...} or dotted (hydra.sweeper.metric.name=val/acc); null: no metric
-    metric: Optional[MetricConf] = field(default_factory=MetricConf)  # noqa: UP045
-    # Hydra key or config group -> W&B spec. Typed Any, as scheduler, early_terminate and
-    # devices below (W&B's free structure, or a choice of spellings), so that a whole search
-    # space typed on the command line (hydra.sweeper.parameters={optimizer.lr: {...}}) needs
-    # no `+` (an empty dict node refuses new keys under Hydra's struct flag)
-    parameters: Any = None
-    # The same search space in Hydra's sweepers' spelling (Optuna, Nevergrad, Ax): Hydra key or
-    # config group -> Hydra's override grammar, e.g. optimizer.lr: tag(log, interval(1e-4, 1e-1)),
-    # model: choice(small_cnn, resnet18); a plain value is fixed for every trial. Use one of the
-    # two spellings; the command line's sweeps (key=a,b) go with either. Typed Any as
-    # `parameters` (a dict typed on the command line merges into no Optional[dict] node)
-    params: Any = None
-    # multi-objective (method: custom): [{name: val/acc, goal: maximize}, {name: ..., goal: ...}]
-    metrics: Optional[list[MetricConf]] = None  # noqa: UP045
-    # method: custom: {engine: optuna | ax | wandb, source: file.py, optimizer: study factory in
-    # source, search_space: define-by-run function in source}; source: relative to the sweep
-    # definition or the working directory
-    scheduler: Any = None
-    pbt: PbtConf = field(default_factory=PbtConf)  # method: pbt's settings
-    early_terminate: Any = None  # {type: hyperband, min_iter | max_iter + s, eta, strict}
-    run_cap: Optional[int] = None  # noqa: UP045  the most runs the sweep starts (every method)
-    name: Optional[str] = None  # noqa: UP045  the sweep's name (W&B)
-    description: Optional[str] = None  # noqa: UP045
-    # Where and how it runs (the local sweep's files: hydra.sweep.dir when set, else
-    # <paths.output_dir>/sweeps/<sweep id>/).
+class RunnerConf:
+    # Where and how the sweep runs (the local sweep's files: hydra.sweep.dir when set, else
+    # <paths.output_dir>/sweeps/<sweep id>/). The one declaration of these keys: the frozen
+    # options both backends take (trainer.sweep.options.SweepOptions) are built from it.
     backend: str = "local"  # local (offline, SQLite store) | wandb (the W&B server)
     # backend=local: the sweep's state in a database server every agent's machine reaches
     # (postgresql://user@host:5432/db, SQLAlchemy's spelling); null: sweep.db in the sweep dir
@@ -88,6 +63,38 @@ class WandbSweeperConf:
     # each configuration runs this many times, with trainer.seed, trainer.seed+1, ...; ranked
     # by the mean (± std) over its seeds, which is also what the search engine is told
     repeats: int = 1
+
+
+@dataclass
+class WandbSweeperConf(RunnerConf):
+    # hydra/sweeper=wandb: RunnerConf's keys, then the W&B sweep configuration's
+    _target_: str = "hydra_plugins.wandb_sweeper.wandb_sweeper.WandbSweeper"
+    # The W&B sweep configuration (https://docs.wandb.ai/guides/sweeps/sweep-config-keys).
+    method: str = "random"  # grid | random | bayes | custom (with scheduler) | pbt
+    # {name, goal, ...} or dotted (hydra.sweeper.metric.name=val/acc); null: no metric
+    metric: Optional[MetricConf] = field(default_factory=MetricConf)  # noqa: UP045
+    # Hydra key or config group -> W&B spec. Typed Any, as scheduler, early_terminate and
+    # RunnerConf.devices (W&B's free structure, or a choice of spellings), so that a whole search
+    # space typed on the command line (hydra.sweeper.parameters={optimizer.lr: {...}}) needs
+    # no `+` (an empty dict node refuses new keys under Hydra's struct flag)
+    parameters: Any = None
+    # The same search space in Hydra's sweepers' spelling (Optuna, Nevergrad, Ax): Hydra key or
+    # config group -> Hydra's override grammar, e.g. optimizer.lr: tag(log, interval(1e-4, 1e-1)),
+    # model: choice(small_cnn, resnet18); a plain value is fixed for every trial. Use one of the
+    # two spellings; the command line's sweeps (key=a,b) go with either. Typed Any as
+    # `parameters` (a dict typed on the command line merges into no Optional[dict] node)
+    params: Any = None
+    # multi-objective (method: custom): [{name: val/acc, goal: maximize}, {name: ..., goal: ...}]
+    metrics: Optional[list[MetricConf]] = None  # noqa: UP045
+    # method: custom: {engine: optuna | ax | wandb, source: file.py, optimizer: study factory in
+    # source, search_space: define-by-run function in source}; source: relative to the sweep
+    # definition or the working directory
+    scheduler: Any = None
+    pbt: PbtConf = field(default_factory=PbtConf)  # method: pbt's settings
+    early_terminate: Any = None  # {type: hyperband, min_iter | max_iter + s, eta, strict}
+    run_cap: Optional[int] = None  # noqa: UP045  the most runs the sweep starts (every method)
+    name: Optional[str] = None  # noqa: UP045  the sweep's name (W&B)
+    description: Optional[str] = None  # noqa: UP045
 
 
 ConfigStore.instance().store(

@@ -8,12 +8,16 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
+from hydra_plugins.wandb_sweeper.config import WandbSweeperConf
+
 
 class WandbSweeper(Sweeper):
     """Translates the multirun into a W&B sweep configuration, validates it, and runs it."""
 
-    def __init__(self, **options: Any) -> None:
-        self.options = options
+    def __init__(self, **keys: Any) -> None:
+        """Hydra calls the sweeper with the keys of `hydra.sweeper` (composed against
+        WandbSweeperConf, which declares each key's type and default); they are that conf."""
+        self.conf = WandbSweeperConf(**keys)
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
 
@@ -26,4 +30,4 @@ class WandbSweeper(Sweeper):
     def sweep(self, arguments: list[str]) -> Any:
         from hydra_plugins.wandb_sweeper._impl import sweep
 
-        return sweep(self.options, self.config, self.hydra_context, list(arguments))
+        return sweep(self.conf, self.config, self.hydra_context, list(arguments))

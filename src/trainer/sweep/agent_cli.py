@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hydra_plugins.wandb_sweeper.config import RunnerConf
 from trainer.errors import TrainerError, exit_on_error
 from trainer.sweep.agents import cpu_share
-
 from trainer.sweep.store.directory import SweepLayout
+
 if TYPE_CHECKING:
     from trainer.sweep.store.database import SweepStore
 
@@ -42,8 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--max-consecutive-failures",
         type=int,
-        default=5,
-        help="give up after this many failed runs in a row",
+        default=RunnerConf.max_consecutive_failures,
+        help="give up after this many failed runs in a row (hydra.sweeper.max_consecutive_failures)",
     )
     parser.add_argument(
         "--cpus-per-trial",

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from trainer.sweep.store.database import DEFAULT_MAX_RETRIES
+from hydra_plugins.wandb_sweeper.config import RunnerConf
 
 if TYPE_CHECKING:
     from trainer.sweep.store.directory import SweepLayout
@@ -17,28 +17,27 @@ if TYPE_CHECKING:
 BACKENDS = ("local", "wandb")
 
 
-@dataclass(frozen=True)
-class SweepOptions:
-    """The keys of how a sweep runs (their meaning: the sweeper's `config.py`, docs/sweeps.md).
-    `agents` None: one per device slot, else 1; `project`/`entity` None: the logger's."""
+def _frozen_with_fields_of(conf: type) -> Callable[[type], type]:
+    """Make the decorated class a frozen dataclass with the fields of dataclass `conf`: their
+    names, types and defaults, declared there once."""
 
-    backend: str = "local"
-    storage: str | None = None
-    agents: int | None = None
-    count: int | None = None
-    sweep_id: str | None = None
-    project: str | None = None
-    entity: str | None = None
-    dry_run: bool = False
-    rerun_crashed: bool = False
-    max_consecutive_failures: int = 5
-    max_retries: int = DEFAULT_MAX_RETRIES
-    cpus_per_trial: int | None = None
-    devices: Any = "auto"
-    trials_per_device: int = 1
-    gpus_per_trial: int = 1
-    prewarm: bool = False
-    repeats: int = 1
+    def frozen(cls: type) -> type:
+        fields = dataclasses.fields(conf)
+        cls.__annotations__ = {f.name: f.type for f in fields}
+        for f in fields:
+            setattr(
+                cls, f.name, dataclasses.field(default=f.default, default_factory=f.default_factory)
+            )
+        return dataclass(frozen=True)(cls)
+
+    return frozen
+
+
+@_frozen_with_fields_of(RunnerConf)
+class SweepOptions:
+    """The keys of how a sweep runs, each as the sweeper's `RunnerConf` declares it (its type,
+    default and meaning; docs/sweeps.md), read once and frozen. `agents` None: one per device
+    slot, else 1; `project`/`entity` None: the logger's."""
 
     @classmethod
     def of(

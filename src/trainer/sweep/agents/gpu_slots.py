@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from hydra_plugins.wandb_sweeper.config import RunnerConf
 from trainer.sweep.store.liveness import this_host
 
 if TYPE_CHECKING:
@@ -90,8 +91,8 @@ class DevicePlan:
     """The devices a sweep's agents share and how trials use them."""
 
     devices: tuple[str, ...] = ()
-    trials_per_device: int = 1
-    gpus_per_trial: int = 1
+    trials_per_device: int = RunnerConf.trials_per_device
+    gpus_per_trial: int = RunnerConf.gpus_per_trial
 
     @property
     def slots(self) -> int:
@@ -111,7 +112,8 @@ def _positive(options: SweepOptions, key: str) -> str | None:
     value = getattr(options, key)
     if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
         return None
-    return f"hydra.sweeper.{key}={value!r} must be a positive integer (default 1)"
+    default = getattr(RunnerConf, key)
+    return f"hydra.sweeper.{key}={value!r} must be a positive integer (default {default})"
 
 
 def sweep_plan(options: SweepOptions) -> tuple[DevicePlan | None, list[str]]:

@@ -9,6 +9,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from hydra_plugins.wandb_sweeper.config import RunnerConf
+
 ARGS_MACRO = "${args_no_hyphens}"  # where `wandb agent` puts `key=value` of each parameter
 ENTRY = ["-m", "trainer"]  # the entry point every trial runs
 TORCHRUN = ["-m", "torch.distributed.run"]  # torchrun, as a module of the trial's interpreter
@@ -19,7 +21,9 @@ def _is_macro(chunk: str) -> bool:
 
 
 def trial_command(
-    fixed: Iterable[str], config_args: Iterable[str] = (), gpus_per_trial: int = 1
+    fixed: Iterable[str],
+    config_args: Iterable[str] = (),
+    gpus_per_trial: int = RunnerConf.gpus_per_trial,
 ) -> list[str]:
     """The `command` W&B's agent runs: `python -m trainer [config args] key=value ... <fixed>`;
     config args (`--config-dir=...`) come first, where Hydra's parser wants its options. A trial

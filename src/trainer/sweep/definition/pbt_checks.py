@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hydra_plugins.wandb_sweeper.config import RunnerConf
 from trainer.sweep.definition.translate import flatten_parameters
 from trainer.sweep.search import pbt_policy as policy
 
@@ -95,7 +96,7 @@ def problems(
     max_epochs: int | None,
     gpus_per_trial: int,
     compiled_update: bool = False,
-    repeats: int = 1,
+    repeats: int = RunnerConf.repeats,
 ) -> list[str]:
     """Every reason the PBT sweep `config` cannot run as asked (none for other methods);
     `compiled_update`: the trials compile the optimizer's update (compile.optimizer)."""

@@ -13,6 +13,7 @@ from hydra.core.override_parser.types import (
 )
 from hydra.errors import OverrideParseException
 
+from hydra_plugins.wandb_sweeper.config import RunnerConf
 from trainer.sweep.definition.command import trial_command
 from trainer.sweep.search import pbt_policy
 from trainer.sweep.search.distributions import MIN_MAX, grid_points
@@ -180,7 +181,9 @@ def build_sweep_config(
     scheduler = config.get("scheduler")
     if parameters or not (isinstance(scheduler, dict) and scheduler.get("search_space")):
         config["parameters"] = parameters  # a define-by-run search space needs none
-    config["command"] = trial_command(fixed, config_args, sweeper.get("gpus_per_trial") or 1)
+    config["command"] = trial_command(
+        fixed, config_args, sweeper.get("gpus_per_trial") or RunnerConf.gpus_per_trial
+    )
     return config
 
 

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from hydra_plugins.wandb_sweeper.config import PbtConf
 from trainer.sweep.search.distributions import distribution
 from trainer.trial import pbt_files
 from trainer.trial.pbt_files import Report, Settings, Step
@@ -27,13 +29,7 @@ KEYS = (
 )
 # W&B's distributions a PBT parameter may use: sampled, perturbed (continuous) or resampled.
 CONTINUOUS = ("uniform", "log_uniform_values", "int_uniform")
-DEFAULTS = {
-    "population": 4,
-    "interval": 1,
-    "quantile": 0.25,
-    "resample_probability": 0.25,
-    "seed": 0,
-}
+DEFAULTS = asdict(PbtConf())  # hydra.sweeper.pbt's settings, as the sweeper's config declares them
 FACTORS = (0.8, 1.2)  # explore: each continuous value times one of these, kept in its bounds
 
 

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from sqlalchemy import ColumnElement, Connection, delete, func, inspect, select, tuple_, update
 from sqlalchemy.schema import CreateSchema
 
+from hydra_plugins.wandb_sweeper.config import RunnerConf
 from trainer.errors import TrainerError
 from trainer.sweep.store import tables as t
 from trainer.sweep.store.liveness import STALE_S, Holder, kill_orphan
@@ -42,7 +43,6 @@ class DeviceChooser(Protocol):
 
 
 TERMINAL = ("finished", "failed", "crashed", "stopped", "pruned")
-DEFAULT_MAX_RETRIES = 3  # hydra.sweeper.max_retries: times a lost run is handed out again
 JSON_COLUMNS = ("params", "search_info", "summary", "devices")
 UNSET = (
     "seq",
@@ -253,7 +253,7 @@ class SweepStore:
         *,
         new_id: Callable[[], str],
         agent_pid: int,
-        rerun_crashed: bool = False,
+        rerun_crashed: bool = RunnerConf.rerun_crashed,
         pool: DeviceChooser | None = None,
     ) -> RunRecord | None | Busy:
         """Hand out the next run exactly once: a preempted or lost run, or with `rerun_crashed`
@@ -427,7 +427,7 @@ class SweepStore:
         """Inside a transaction: `mark_lost_runs` (a claim does it first, in its own)."""
         lost = []
         now = time.time()
-        limit = self.get("max_retries", DEFAULT_MAX_RETRIES, db)
+        limit = self.get("max_retries", RunnerConf.max_retries, db)  # the sweep's, else the default
         for r in self._rows(db, t.runs.c.state == "running"):
             agent = r.agent
             if agent.is_me or (agent.alive(stale_s, now) and not agent.silent(stale_s, now)):
