@@ -24,9 +24,11 @@ GRID = {
 }
 
 
-def _claim(store):
+def _claim(store, agent_pid=None):
     return store.claim(
-        lambda runs: classic.next_params(store.config, runs), new_id=new_id, agent_pid=os.getpid()
+        lambda runs: classic.next_params(store.config, runs),
+        new_id=new_id,
+        agent_pid=os.getpid() if agent_pid is None else agent_pid,
     )
 
 
@@ -53,8 +55,10 @@ def test_watch_follows_the_sweep_until_it_ends_then_writes_its_report(tmp_path, 
     def agents() -> None:  # the rest of the sweep, while watch looks
         time.sleep(0.3)
         store.add_metrics(first.id, [{"epoch": 2, "val/acc": 0.75}], 1)
+        # a second agent (a live process) takes the last run before the first one's ends: the
+        # test registers no agent's heartbeat, so a moment with no run going would end watch
+        second = _claim(store, agent_pid=os.getppid())
         store.update(first.id, state="finished")
-        second = _claim(store)
         store.add_metrics(second.id, [{"epoch": 1, "val/acc": 0.625}], 0)
         store.update(second.id, state="finished")
 
