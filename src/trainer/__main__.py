@@ -8,11 +8,16 @@ import sys
 from pathlib import Path
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from trainer.config.hydra_version import VERSION_BASE
-from trainer.config.paths import conf_dir
+from trainer.config.overrides import check_overrides, chosen, parse_argv
+from trainer.config.paths import conf_dir, expand_path_argv
+from trainer.config.schema import ConfigError
 from trainer.errors import exit_on_error
+from trainer.trial.trial_argv import repair_sys_argv
 
 # Flags that choose what Hydra does; with one of them the command line has chosen already.
 _COMMANDS = ("run", "multirun", "cfg", "info", "shell_completion", "help", "hydra_help")
@@ -21,7 +26,8 @@ _COMMANDS = ("run", "multirun", "cfg", "info", "shell_completion", "help", "hydr
 @hydra.main(config_path=conf_dir(), config_name="train", **VERSION_BASE)
 @exit_on_error  # a TrainerError: its one paragraph on stderr and its exit code (stops: 128+N)
 def main(cfg: DictConfig) -> float | None:
-    from trainer.config.schema import ConfigError
+    # lazy: torch and the training modules cost 1.2 s at start-up; --help, --cfg and a
+    # refused override exit without them
     from trainer.run import run
 
     try:
@@ -34,9 +40,6 @@ def main(cfg: DictConfig) -> float | None:
 def _remove_rejected_run_dir() -> None:
     """A run rejected before it started leaves no directory behind: remove Hydra's run folder
     when it holds only what Hydra wrote (.hydra/, the log), and its date folder once empty."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
     hydra = HydraConfig.get()
     if hydra.mode != RunMode.RUN:
         return
@@ -56,8 +59,6 @@ def sweep_as_multirun(argv: list[str]) -> list[str]:
     --help, hydra.mode=, as a sweep's trials do with hydra.mode=RUN). Hydra 1.3 took the mode
     from the definition's `hydra.mode: MULTIRUN`; Hydra 1.4 takes hydra.mode only from the
     primary config and the command line, and stops when a config group changes it."""
-    from trainer.config.overrides import parse_argv
-
     parsed = parse_argv(argv)
     if parsed is None:
         return argv
@@ -81,14 +82,12 @@ def sweep_as_multirun(argv: list[str]) -> list[str]:
 
 @exit_on_error
 def _check_overrides(argv: list[str]) -> None:
-    from trainer.config.overrides import check_overrides
-
     check_overrides(argv)
 
 
 @exit_on_error
 def _refuse_torchrun_misuse(argv: list[str]) -> None:
-    from trainer.config.overrides import chosen
+    # lazy: torch costs 1.2 s at start-up; only torchrun ranks (WORLD_SIZE > 1) need it
     from trainer.hardware.distributed import refuse_misuse
 
     strategy = chosen(argv, "trainer.strategy")
@@ -100,13 +99,11 @@ def cli() -> None:
     """The console entry: a sweep trial's argv gets its exact values, a sweep definition runs as
     a sweep, the torchrun ranks agree on one run directory (each a no-op otherwise), then Hydra
     runs."""
-    from trainer.config.paths import expand_path_argv
-    from trainer.trial.trial_argv import repair_sys_argv
-
     sys.argv = expand_path_argv(repair_sys_argv(sys.argv))  # `~`, `$HOME` in path keys
     sys.argv = sweep_as_multirun(sys.argv)  # `sweep=<name>` without -m, on Hydra 1.3 and 1.4
     _check_overrides(sys.argv)  # a typo'd key or group option: our paragraph, not Hydra's
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        # lazy: torch costs 1.2 s at start-up; only torchrun ranks (WORLD_SIZE > 1) need it
         from trainer.hardware.distributed import agree_run_time
 
         _refuse_torchrun_misuse(sys.argv)  # before any rank writes or logs into a run dir

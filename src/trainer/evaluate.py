@@ -15,13 +15,15 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from trainer.config.hydra_version import VERSION_BASE
-from trainer.config.paths import conf_dir
+from trainer.config.overrides import EVALUATE, check_overrides
+from trainer.config.paths import conf_dir, expand_path_argv
 from trainer.config.schema import ConfigError, EvalConfig, TrainConfig
 from trainer.errors import exit_on_error
 from trainer.outputs.layout import write_text_atomic
-from trainer.preflight import validate
 
 REPORT = "evaluation.json"  # in the evaluation's run directory
+# torch and the training modules are imported inside the functions that use them: 2.5 s at
+# start-up that --help and a refused override (exit 2) do without.
 
 
 def _eval_config(cfg: DictConfig) -> EvalConfig:
@@ -36,6 +38,9 @@ def _eval_config(cfg: DictConfig) -> EvalConfig:
 def _run_config(cfg: DictConfig, stored: dict[str, Any], ev: EvalConfig) -> TrainConfig:
     """The training config stored in the checkpoint, with this command's compile group, device,
     precision and (when given) data group in place of the stored ones."""
+    # lazy: torch and the training modules (the note at the top)
+    from trainer.preflight import validate
+
     merged = OmegaConf.create(stored)
     merged.compile = cfg.compile
     merged.paths = cfg.paths
@@ -50,6 +55,7 @@ def _run_config(cfg: DictConfig, stored: dict[str, Any], ev: EvalConfig) -> Trai
 
 def _load(cfg: DictConfig) -> tuple[str, EvalConfig, dict[str, Any], TrainConfig]:
     """The checkpoint (loaded with weights_only=True), the eval section and the run config."""
+    # lazy: torch and the training modules (the note at the top)
     from trainer.train import checkpoint as ckpt
 
     if OmegaConf.is_missing(cfg, "checkpoint") or not cfg.checkpoint:
@@ -70,6 +76,7 @@ def _load(cfg: DictConfig) -> tuple[str, EvalConfig, dict[str, Any], TrainConfig
 
 def _build(conf: TrainConfig, state: dict[str, Any], source: str, device: Any):
     """The validation data and the checkpoint's model on `device`, in eval mode."""
+    # lazy: torch and the training modules (the note at the top)
     import torch
 
     from trainer.data.plan import Placement, build_data
@@ -107,6 +114,7 @@ def _build(conf: TrainConfig, state: dict[str, Any], source: str, device: Any):
 def measure_latency(model, batches: list, *, device, dtype, warmup: int, steps: int):
     """(first call s, tensor of `steps` steady call seconds) of forward passes over `batches`,
     each under no_grad and autocast (the graph step.evaluate runs), bracketed by syncs."""
+    # lazy: torch and the training modules (the note at the top)
     import torch
 
     from trainer.train.step import autocast, sync
@@ -130,6 +138,7 @@ def measure_latency(model, batches: list, *, device, dtype, warmup: int, steps: 
 
 def evaluate_checkpoint(cfg: DictConfig, *, run_dir: str | Path | None = None) -> dict[str, Any]:
     """Evaluate `cfg.checkpoint` as `cfg` says; return (and write) the report."""
+    # lazy: torch and the training modules (the note at the top)
     from trainer import compiling
     from trainer.hardware import devices
     from trainer.outputs.console import print_evaluation
@@ -163,6 +172,7 @@ def evaluate_checkpoint(cfg: DictConfig, *, run_dir: str | Path | None = None) -
 
 
 def _report(source, conf, ev, device, batch_size, first_call, times, result) -> dict[str, Any]:
+    # lazy: torch and the training modules (the note at the top)
     import torch
 
     from trainer import compiling
@@ -206,14 +216,10 @@ def main(cfg: DictConfig) -> None:
 
 @exit_on_error
 def _check_overrides(argv: list[str]) -> None:
-    from trainer.config.overrides import EVALUATE, check_overrides
-
     check_overrides(argv, EVALUATE)  # a typo'd key or group option: our paragraph, not Hydra's
 
 
 if __name__ == "__main__":
-    from trainer.config.paths import expand_path_argv
-
     sys.argv = expand_path_argv(sys.argv)  # `~`, `$HOME` in checkpoint= and the path keys
     _check_overrides(sys.argv)
     main()

@@ -10,9 +10,12 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from trainer import compiling
 from trainer.config.paths import expand_path
 from trainer.config.rules import unknown_key_message
 from trainer.config.schema import ConfigError, TrainConfig
+from trainer.hardware import devices
+from trainer.train import models
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +32,6 @@ def validate(cfg: DictConfig) -> TrainConfig:
 def check_environment(conf: TrainConfig) -> None:
     """What the schema cannot know: does this torch know the compile mode, backend and Inductor
     options, can it build the model, and does this machine have the device and precision."""
-    from trainer import compiling
-    from trainer.hardware import devices
-    from trainer.train import models
-
     models.check_name(conf.model.name)
     t = conf.trainer
     if t.strategy == "ddp":

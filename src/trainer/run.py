@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from trainer import compiling
@@ -223,7 +224,6 @@ def resolve_run_dir(explicit: str | Path | None) -> Path:
     """`explicit`, else Hydra's run directory of this fit_plan."""
     if explicit is not None:
         return Path(explicit)
-    from hydra.core.hydra_config import HydraConfig
 
     if HydraConfig.initialized():
         return Path(HydraConfig.get().runtime.output_dir)
@@ -232,8 +232,6 @@ def resolve_run_dir(explicit: str | Path | None) -> Path:
 
 def _choices(cfg: DictConfig) -> dict[str, Any]:
     """Config-group choices (model=resnet18, ...) of this composition."""
-    from hydra.core.hydra_config import HydraConfig
-
     if HydraConfig.initialized():
         choices = HydraConfig.get().runtime.choices
     elif "hydra" in cfg:  # compose(..., return_hydra_config=True)

@@ -11,8 +11,12 @@ import warnings
 from typing import Any
 
 from torch import nn
+from torch._logging import _internal
 
 log = logging.getLogger(__name__)
+
+# Dynamo and Inductor are imported inside the functions that use them: each costs 1.0 s at
+# start-up after torch, and preflight's checks of a compile=off config never load them.
 
 # The logger Dynamo warns on when a frame hits config.recompile_limit (no public hook).
 RECOMPILE_LIMIT_LOGGER = "torch._dynamo.convert_frame"
@@ -38,14 +42,14 @@ PRIVATE_NAMES = (
 
 def mode_options() -> dict[str, dict[str, Any]]:
     """torch.compile's modes and the Inductor options each sets."""
-    import torch._inductor
+    import torch._inductor  # lazy: Inductor (the note at the top)
 
     return dict(torch._inductor.list_mode_options())
 
 
 def inductor_options() -> list[str]:
     """Every option name `torch.compile(options=...)` accepts for Inductor."""
-    import torch._inductor
+    import torch._inductor  # lazy: Inductor (the note at the top)
 
     return list(torch._inductor.list_options())
 
@@ -53,20 +57,21 @@ def inductor_options() -> list[str]:
 def explain(model: nn.Module) -> Any:
     """Dynamo's explain wrapper of `model` (call it with the inputs); it traces like a
     compile, so the 3.13.0 guard warning is silenced first."""
-    import torch._dynamo
+    import torch._dynamo  # lazy: Dynamo (the note at the top)
 
     note_python_3130_guards()
     return torch._dynamo.explain(model)
 
 
 def set_fail_on_recompile_limit(flag: bool) -> None:
-    import torch._dynamo.config
+    import torch._dynamo.config  # lazy: Dynamo (the note at the top)
 
     torch._dynamo.config.fail_on_recompile_limit_hit = flag
 
 
 def counters() -> Any:
     """Dynamo's and Inductor's event counters ({"stats": {...}, "graph_break": {...}, ...})."""
+    # lazy: Dynamo (the note at the top)
     from torch._dynamo.utils import counters as dynamo_counters
 
     return dynamo_counters
@@ -74,20 +79,20 @@ def counters() -> Any:
 
 def compilation_metrics() -> list[Any]:
     """One record per compiled frame: compile time, recompile and CUDA-graph skip reasons."""
-    from torch._dynamo.utils import get_compilation_metrics
+    from torch._dynamo.utils import get_compilation_metrics  # lazy: Dynamo (the note at the top)
 
     return list(get_compilation_metrics())
 
 
 def clear_statistics() -> None:
-    from torch._dynamo.utils import clear_compilation_metrics
+    from torch._dynamo.utils import clear_compilation_metrics  # lazy: Dynamo (the note at the top)
 
     counters().clear()
     clear_compilation_metrics()
 
 
 def is_recompile_limit_error(err: BaseException) -> bool:
-    from torch._dynamo.exc import FailOnRecompileLimitHit
+    from torch._dynamo.exc import FailOnRecompileLimitHit  # lazy: Dynamo (the note at the top)
 
     return isinstance(err, FailOnRecompileLimitHit) or isinstance(
         err.__cause__, FailOnRecompileLimitHit
@@ -95,21 +100,21 @@ def is_recompile_limit_error(err: BaseException) -> bool:
 
 
 def is_optimized_module(model: nn.Module) -> bool:
-    from torch._dynamo.eval_frame import OptimizedModule
+    from torch._dynamo.eval_frame import OptimizedModule  # lazy: Dynamo (the note at the top)
 
     return isinstance(model, OptimizedModule)
 
 
 def fresh_inductor_cache() -> Any:
     """A context with an empty Inductor/AOTAutograd cache directory, removed afterwards."""
-    from torch._inductor.utils import fresh_cache
+    from torch._inductor.utils import fresh_cache  # lazy: Inductor (the note at the top)
 
     return fresh_cache()
 
 
 def clear_inductor_memory_caches() -> None:
     """Drop Inductor's in-memory caches; the on-disk cache stays."""
-    from torch._inductor.utils import clear_caches
+    from torch._inductor.utils import clear_caches  # lazy: Inductor (the note at the top)
 
     clear_caches()
 
@@ -117,8 +122,6 @@ def clear_inductor_memory_caches() -> None:
 def set_trace_dir(directory: str | None) -> None:
     """Send torch's structured compile trace (what TORCH_TRACE names) to `directory`, or stop
     it (None), in a process that imported torch already: TORCH_TRACE is read only at import."""
-    from torch._logging import _internal
-
     handler, trace_log = _internal.LOG_TRACE_HANDLER, _internal.trace_log
     if handler is None:
         raise RuntimeError("torch's trace handler is not set up; compile.trace cannot work")
@@ -132,7 +135,7 @@ def set_trace_dir(directory: str | None) -> None:
 
 def is_graph_break_error(err: BaseException) -> bool:
     """Whether `err` is Dynamo refusing a graph break (fullgraph=True)."""
-    from torch._dynamo.exc import Unsupported
+    from torch._dynamo.exc import Unsupported  # lazy: Dynamo (the note at the top)
 
     return isinstance(err, Unsupported) or isinstance(err.__cause__, Unsupported)
 

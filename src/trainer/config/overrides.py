@@ -4,10 +4,24 @@ closest real keys or options, instead of Hydra's error and its `+key=value` advi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import os
 from pathlib import Path
 from typing import Any
+
+from hydra._internal.hydra import Hydra
+from hydra._internal.utils import create_config_search_path, get_args_parser
+from hydra.core.config_search_path import SearchPathQuery
+from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.plugins import Plugins
+from hydra.errors import ConfigCompositionException, HydraException, MissingConfigException
+from hydra.types import RunMode
+from omegaconf import OmegaConf
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from trainer.config.paths import conf_dir
 from trainer.config.rules import ConfigError, one_of, unknown_key_message
@@ -59,17 +73,10 @@ def parse_argv(argv: list[str]) -> Any:
     """(Hydra's flags, parsed overrides) of argv as Hydra's own parser reads them, or None where
     Hydra would refuse it (it then parses argv again and says why) or where it prints and exits
     (--version)."""
-    import contextlib
-    import io
-
-    from hydra._internal.utils import get_args_parser  # what hydra.main parses argv with
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
     quiet = io.StringIO()
     try:
         with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
-            args = get_args_parser().parse_intermixed_args(argv[1:])
+            args = get_args_parser().parse_intermixed_args(argv[1:])  # hydra.main's parser
         return args, OverridesParser.create().parse_overrides(args.overrides)
     except (SystemExit, HydraException):
         return None
@@ -130,10 +137,6 @@ def _sweeper_problems(overrides: list[Any]) -> list[str]:
     config is the one Hydra's plugin scan registered as hydra/sweeper=wandb."""
     if not overrides:
         return []
-    from hydra.core.config_store import ConfigStore
-    from hydra.core.plugins import Plugins
-    from omegaconf import OmegaConf
-    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
     Plugins.instance()  # imports every hydra_plugins module: their configs are stored
     node = ConfigStore.instance().load("hydra/sweeper/wandb.yaml").node
@@ -153,8 +156,6 @@ def _sweeper_problems(overrides: list[Any]) -> list[str]:
 
 def _beside(node: Any, key: str) -> list[str]:
     """The keys of the deepest block of `node` that dotted `key` reaches (its siblings)."""
-    from omegaconf import OmegaConf
-
     for part in key.split(".")[:-1]:
         if part not in node or not OmegaConf.is_dict(node[part]):
             break
@@ -200,9 +201,6 @@ def _choices(override: Any) -> list[str]:
 
 def _launchers() -> set[str]:
     """The hydra/launcher options Hydra's plugins registered (the scan Hydra runs anyway)."""
-    from hydra.core.config_store import ConfigStore
-    from hydra.core.plugins import Plugins
-
     Plugins.instance()  # imports every hydra_plugins module: their configs are stored
     return {name.removesuffix(".yaml") for name in ConfigStore.instance().list(_LAUNCHER)}
 
@@ -229,8 +227,6 @@ def _unknown_fields(schema: type, key: str) -> list[str] | None:
 def _confirm(app: App, args: Any, overrides: list[Any], suspects: list[tuple[Any, Any]]) -> None:
     """Compose as Hydra would with each suspect in place; translate Hydra's refusal of a group
     option or of a key into our paragraph, and leave any other error to Hydra."""
-    from hydra.errors import ConfigCompositionException, MissingConfigException
-
     for suspect, option in suspects:
         key = suspect.key_or_group
         err = _compose_error(app, args, overrides, suspect, option)
@@ -280,12 +276,6 @@ def _compose_error(
 def compose(app: App, args: Any, overrides: list[str], *, multirun: bool = False) -> Any:
     """The config Hydra composes for `overrides` (Hydra's flags `args`: --config-dir,
     --config-name), on the search path Hydra's own `main` builds; Hydra's error otherwise."""
-    from hydra._internal.hydra import Hydra
-    from hydra._internal.utils import create_config_search_path
-    from hydra.core.config_search_path import SearchPathQuery
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.types import RunMode
-
     search_path = create_config_search_path(conf_dir())
     if args.config_dir is not None:
         search_path.prepend(
@@ -307,7 +297,6 @@ def chosen(argv: list[str], key: str, app: App = TRAIN) -> Any:
     parsed = parse_argv(argv)
     if parsed is None:
         return None
-    from omegaconf import OmegaConf
 
     try:
         return OmegaConf.select(compose(app, parsed[0], parsed[0].overrides), key)

@@ -8,6 +8,8 @@ import os
 import re
 from pathlib import Path
 
+from trainer.trial.trial_argv import hydra_value
+
 # Keys whose values are paths, as written on the command line (evaluate's `checkpoint` too).
 PATH_KEYS = re.compile(
     r"^(\+{0,2})(data\.root|paths\.\w+|compile\.cache_dir|trainer\.resume|checkpoint)=(.*)$",
@@ -36,8 +38,6 @@ def expand_path(path: str | None) -> str | None:
 def expand_path_argv(argv: list[str]) -> list[str]:
     """argv with each path override holding `~` or `$VAR` expanded and written so Hydra reads
     it back as exactly that string; Hydra's own `${...}` interpolations are left to Hydra."""
-    from trainer.trial.trial_argv import hydra_value
-
     out = list(argv[:1])
     for arg in argv[1:]:
         match = PATH_KEYS.match(arg)

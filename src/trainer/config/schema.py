@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from trainer.config.rules import ConfigError, auto_or_count, flatten  # noqa: F401 (re-exported)
@@ -257,8 +258,6 @@ def register_schemas() -> None:
     differs. The nodes are plain (untyped), so a typo reaches `validate`, whose error names
     the key and the fix, instead of failing inside Hydra's composition. Hydra's plugin scan
     calls this (hydra_plugins/compiled_trainer), before any composition."""
-    from hydra.core.config_store import ConfigStore  # noqa: PLC0415
-
     store = ConfigStore.instance()
     for group, schema in {**GROUP_SCHEMAS, "eval": EvalConfig}.items():
         node = OmegaConf.to_container(OmegaConf.structured(schema), resolve=False)

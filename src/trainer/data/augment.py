@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torchvision.transforms import v2
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +56,6 @@ class Augment:
         self.host_rng = torch.Generator().manual_seed(seed)
         self._rand_augment = None
         if self.strong:
-            from torchvision.transforms import v2
-
             self._rand_augment = v2.RandAugment(num_ops=2, magnitude=9)
 
     @property

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
+from torchvision.transforms.v2 import functional as TF
 
 from trainer.data.augment import Augment
 
@@ -41,8 +42,6 @@ class BatchTransform:
         return x.sub(mean).div_(std)
 
     def __call__(self, x: torch.Tensor, *, train: bool) -> torch.Tensor:
-        from torchvision.transforms.v2 import functional as TF
-
         aug = self.augment if train else None
         draw = aug.draw(x.shape[0]) if aug is not None else None
         if aug is not None:

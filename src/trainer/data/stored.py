@@ -10,7 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import Dataset, Subset, TensorDataset
+import torchvision.datasets as D
+from PIL import Image
+from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
+from torchvision.datasets import ImageFolder
+from torchvision.datasets.folder import IMG_EXTENSIONS
+from torchvision.io import ImageReadMode, decode_image
+from torchvision.transforms import v2
+from torchvision.transforms.v2 import functional as TF
+from torchvision.transforms.v2.functional import pil_to_tensor
 
 from trainer.config.schema import ConfigError, DataConfig
 
@@ -77,7 +85,6 @@ def count_samples(cfg: DataConfig) -> int:
         return cfg.num_samples + max(1, cfg.num_samples // 4)
     if cfg.name != "imagefolder":
         return NATIVE[cfg.name][1]
-    from torchvision.datasets.folder import IMG_EXTENSIONS
 
     root = require_root(cfg)
     return sum(
@@ -92,8 +99,6 @@ class Reformat:
         self.target = target
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
-        from torchvision.transforms.v2 import functional as TF
-
         t = self.target
         if images.shape[-3] == 3 and t.stored == 1:
             images = TF.rgb_to_grayscale(images)
@@ -145,8 +150,6 @@ def require_root(cfg: DataConfig) -> Path:
 
 def torchvision_pair(cfg: DataConfig, transform: Any = None) -> tuple[Any, Any]:
     """torchvision's train and test sets of `cfg` (a clear error when the files are missing)."""
-    import torchvision.datasets as D
-
     root = require_root(cfg)
     cls = getattr(D, TORCHVISION[cfg.name])
     try:
@@ -163,14 +166,9 @@ def torchvision_pair(cfg: DataConfig, transform: Any = None) -> tuple[Any, Any]:
 
 def read_rgb(path: str) -> torch.Tensor:
     """An image file as uint8 RGB C×H×W: torchvision's decoder, PIL for formats it lacks."""
-    from torchvision.io import ImageReadMode, decode_image
-
     try:
         return decode_image(path, mode=ImageReadMode.RGB)
     except RuntimeError:
-        from PIL import Image
-        from torchvision.transforms.v2.functional import pil_to_tensor
-
         with Image.open(path) as image:
             return pil_to_tensor(image.convert("RGB"))
 
@@ -178,8 +176,6 @@ def read_rgb(path: str) -> torch.Tensor:
 def folder_pair(cfg: DataConfig, target: StoredFormat) -> tuple[Dataset, Dataset, int]:
     """An image folder's train and validation sets (root/train + root/val, or a seeded split
     of root) yielding uint8 images of the stored layout."""
-    from torchvision.datasets import ImageFolder
-
     root, reformat = require_root(cfg), Reformat(target)
     try:
         if (root / "train").is_dir() and (root / "val").is_dir():
@@ -204,7 +200,6 @@ def as_tensors(dataset: Dataset, workers: int) -> tuple[torch.Tensor, torch.Tens
         return dataset.tensors[0], dataset.tensors[1]
     if len(dataset) == 0:  # type: ignore[arg-type]  # build_data says which split is empty
         return torch.empty(0, dtype=torch.uint8), torch.empty(0, dtype=torch.long)
-    from torch.utils.data import DataLoader
 
     loader = DataLoader(dataset, batch_size=256, num_workers=workers)
     xs, ys = zip(*loader, strict=True)
@@ -258,6 +253,7 @@ def _raw(dataset: Any) -> TensorDataset:
 def load(cfg: DataConfig, target: StoredFormat, *, in_memory: bool, workers: int) -> Splits:
     """`cfg`'s data set in the stored layout: decoded once (`in_memory`) or per sample."""
     if cfg.name == "digits":
+        # lazy: scikit-learn costs 0.6 s at start-up; only data=digits reads it
         from sklearn.datasets import load_digits
 
         digits = load_digits()
@@ -271,8 +267,6 @@ def load(cfg: DataConfig, target: StoredFormat, *, in_memory: bool, workers: int
         fitted = [TensorDataset(reformat_all(s.tensors[0], target), s.tensors[1]) for s in pair]
         return Splits(*fitted, len(train.classes))
     if cfg.name in TORCHVISION:
-        from torchvision.transforms import v2
-
         train, val = torchvision_pair(cfg, v2.Compose([v2.PILToTensor(), Reformat(target)]))
         return Splits(train, val, len(train.classes))
     train, val, classes = folder_pair(cfg, target)

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from trainer.config.schema import ConfigError, TrainerConfig
 from trainer.hardware.devices import rank_device
@@ -53,8 +55,6 @@ def _rendezvous() -> Any:
     """The store torchrun's environment points at (MASTER_ADDR/MASTER_PORT), opened once."""
     global _store
     if _store is None:
-        import torch.distributed as dist
-
         _store, _, _ = next(dist.rendezvous("env://", timeout=_TIMEOUT))
     return _store
 
@@ -108,7 +108,6 @@ def setup(cfg: TrainerConfig) -> Dist:
     if cfg.strategy == "single":
         check_world(cfg.strategy)
         return Dist()
-    import torch.distributed as dist
 
     if "RANK" not in os.environ or "LOCAL_RANK" not in os.environ:
         raise ConfigError(
@@ -141,8 +140,6 @@ def setup(cfg: TrainerConfig) -> Dist:
 
 def teardown() -> None:
     """Leave the process group (safe to call twice)."""
-    import torch.distributed as dist
-
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
@@ -152,7 +149,6 @@ def wrap(model: nn.Module, ctx: Dist) -> nn.Module:
     its graphs at DDP's bucket boundaries. A single-device run gets the model back."""
     if not ctx.enabled:
         return model
-    from torch.nn.parallel import DistributedDataParallel
 
     device_ids = (
         [ctx.device.index] if ctx.device is not None and ctx.device.type == "cuda" else None
@@ -164,7 +160,6 @@ def reduce_sums(ctx: Dist, values: list[float], device: torch.device) -> list[fl
     """Element-wise sum of `values` over all ranks (the identity on one rank)."""
     if not ctx.enabled:
         return list(values)
-    import torch.distributed as dist
 
     tensor = torch.tensor(values, dtype=torch.float64, device=device)
     dist.all_reduce(tensor)
@@ -183,7 +178,6 @@ def broadcast(ctx: Dist, value: Any) -> Any:
     """Rank 0's `value` (any picklable object), on every rank; the value itself on one rank."""
     if ctx.world_size <= 1:
         return value
-    import torch.distributed as dist
 
     box = [value]
     dist.broadcast_object_list(box, src=0)
@@ -194,7 +188,6 @@ def agree_run_dir(ctx: Dist, out: Path) -> Path:
     """Rank 0's run directory, on every rank."""
     if not ctx.enabled:
         return out
-    import torch.distributed as dist
 
     box = [str(out)]
     dist.broadcast_object_list(box, src=0)
@@ -225,7 +218,6 @@ class AgreedStop:
         if not self._ctx.enabled:
             self._agreed = self._local.signum
             return self._agreed is not None
-        import torch.distributed as dist
 
         flag = torch.tensor([self._local.signum or 0], dtype=torch.int64)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._ctx.stop_group)

@@ -9,6 +9,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from trainer.hardware.cpu_limits import ENV_BUDGET, THREAD_VARS, CpuLimits, process_limits
 
 log = logging.getLogger(__name__)
@@ -81,8 +83,6 @@ def _outside_threads() -> int | None:
 def apply(num_threads: Any, num_workers: int) -> CpuPlan:
     """Size torch's thread pools (and those of child processes) for this run; call it before
     any parallel work starts."""
-    import torch
-
     outside = _outside_threads()
     plan = plan_threads(num_threads, num_workers, budget(), ENV_BUDGET in os.environ, outside)
     torch.set_num_threads(plan.threads)
@@ -98,8 +98,6 @@ def apply(num_threads: Any, num_workers: int) -> CpuPlan:
 
 def record(plan: CpuPlan) -> dict[str, Any]:
     """The `cpu` section of summary.json: what this run actually used."""
-    import torch
-
     limits = process_limits()
     return {
         "threads": torch.get_num_threads(),

@@ -10,14 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from trainer.config.schema import EPOCH_METRICS, ConfigError, LoggerConfig
+from trainer.trial.trial_params import sweep_param_values
 
 log = logging.getLogger(__name__)
 
 
 def sweep_params() -> dict[str, Any] | None:
     """The parameters a sweep agent handed this process ({key: value}), or None."""
-    from trainer.trial.trial_params import sweep_param_values
-
     path = os.environ.get("WANDB_SWEEP_PARAM_PATH")
     return sweep_param_values(path) if path else None
 
@@ -116,7 +115,7 @@ def start_tracker(
     mode = os.environ.get("WANDB_MODE") or cfg.mode
     if not cfg.enabled or mode == "disabled":
         return Tracker(None)
-    import wandb
+    import wandb  # lazy: wandb costs 0.3 s at start-up; a run with logger=none never loads it
 
     if wandb.run is not None:  # an earlier job of a multirun in this process
         wandb.run.finish()

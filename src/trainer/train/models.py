@@ -40,6 +40,7 @@ class SmallCNN(nn.Module):
 @cache
 def torchvision_names() -> tuple[str, ...]:
     """Classification models known to torchvision's registry."""
+    # lazy: torchvision costs 1.2 s at start-up; preflight never loads it for a built-in model
     import torchvision.models as tvm
 
     return tuple(tvm.list_models(module=tvm))
@@ -77,10 +78,11 @@ def build_model(
         if cfg.name == "small_cnn":
             return SmallCNN(in_channels, num_classes, width=cfg.width, **kwargs)
         if cfg.name == "vit_tiny":
+            # lazy: torchvision, as in torchvision_names()
             from torchvision.models import VisionTransformer
 
             return VisionTransformer(image_size=image_size, num_classes=num_classes, **kwargs)
-        import torchvision.models as tvm
+        import torchvision.models as tvm  # lazy: torchvision, as in torchvision_names()
 
         return tvm.get_model(cfg.name, weights=None, num_classes=num_classes, **kwargs)
     except (TypeError, ValueError, AssertionError) as err:

@@ -9,6 +9,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainer.train.optim import kernel_name
+
 CONV_SHARE = 0.5  # channels_last=auto: Conv2d weights hold at least this share of the parameters
 
 
@@ -56,8 +58,6 @@ def maybe_channels_last(model: nn.Module, setting: Any, device: torch.device) ->
 def record(flags: dict[str, Any], transform: Any, optimizer: torch.optim.Optimizer) -> dict:
     """The `speed` section of summary.json: the backend flags, whether training batches are
     channels-last (`transform`: the training BatchTransform), and the optimizer's kernel."""
-    from trainer.train.optim import kernel_name
-
     return {
         **flags,
         "channels_last": transform.memory_format == torch.channels_last,

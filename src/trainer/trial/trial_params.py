@@ -32,6 +32,7 @@ def wandb_agent_env(
 ) -> dict[str, str]:
     """The environment `wandb agent` gives its children (the parameter file written), W&B
     offline, grouped by sweep: the local agent's trials get it too."""
+    # lazy: wandb costs 0.5 s at start-up; a trial with logger=none reads this module without it
     from wandb.sdk.lib import config_util
 
     config_util.save_config_file_from_dict(
