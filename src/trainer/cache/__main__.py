@@ -7,6 +7,9 @@ import argparse
 import time
 from pathlib import Path
 
+from rich.console import Console
+from rich.table import Table
+
 from trainer.cache import shipping
 from trainer.cache.bundle import Bundle, BundleLayout
 from trainer.cache.key import describe
@@ -29,9 +32,6 @@ def _runs(ids: list[str], shown: int = 4) -> str:
 
 
 def ls(bundle: Bundle, where: Path) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     here = shipping.this_machine()
     keys = bundle.parts()
     if not keys:

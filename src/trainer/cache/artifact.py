@@ -21,6 +21,7 @@ TYPE = "compile-cache"
 
 def unavailable() -> tuple[type[BaseException], ...]:
     """What W&B raises when the server, the project or an artifact cannot be reached."""
+    # lazy: wandb costs 0.4 s at start-up; only a W&B-server sweep's trials use artifacts
     import wandb
 
     return (wandb.errors.Error, ValueError, OSError)
@@ -54,7 +55,7 @@ class ArtifactBundle:
     def fetch(self, key_id: str, workload_id: str, into: Bundle) -> tuple[int, dict | None]:
         """Put this key's version of the workload's artifact in place in `into`; returns the
         files copied, and the key of the latest version when none has this key (else None)."""
-        import wandb
+        import wandb  # lazy: wandb, as in unavailable()
 
         api = wandb.Api()
         ours = self.path(workload_id, key_id)
@@ -83,7 +84,7 @@ class ArtifactBundle:
         """Log the workload's files as a new version aliased `key_id`, unless the version put
         in place held them all; with `run` None, in a short run of its own (a prewarm). Returns
         the files the artifact did not hold."""
-        import wandb
+        import wandb  # lazy: wandb, as in unavailable()
 
         new = sorted(set(files) - self.files)
         own = run is None

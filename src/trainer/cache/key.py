@@ -50,6 +50,7 @@ def cpp_compiler() -> str | None:
 
 def machine_key(device: Any) -> dict[str, Any]:
     """The key of compiled code for `device` (a torch.device or its type) on this machine."""
+    # lazy: torch costs 1.3 s at start-up; `python -m trainer.cache export` needs none
     import torch
 
     kind = device if isinstance(device, str) else device.type

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.cache import entries
+from trainer.cache.artifact import ArtifactBundle, unavailable
 from trainer.cache.bundle import Bundle, BundleLayout
 from trainer.cache.env import WANDB, bundle_setting
 from trainer.cache.key import describe, differences, key_id, machine_key
@@ -88,8 +89,6 @@ def _pull(session: CacheSession) -> None:
     conf = session.conf
     where = bundle_setting(conf.logger.mode, conf.logger.enabled)
     if where == WANDB:
-        from trainer.cache.artifact import ArtifactBundle, unavailable
-
         session.remote = ArtifactBundle.from_env(conf.logger)
         try:
             session.pulled, other = session.remote.fetch(kid, wid, session.local)
@@ -169,8 +168,6 @@ def close_session(
 def _publish(session: CacheSession, files: list[str], record: dict[str, Any], run: Any) -> int:
     """Log the W&B artifact; a server that cannot take it costs the other machines a cold
     compile, not this run: say so."""
-    from trainer.cache.artifact import unavailable
-
     kid = key_id(session.key)
     try:
         return session.remote.publish(kid, session.key, session.root, files, record, run)

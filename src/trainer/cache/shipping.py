@@ -51,6 +51,7 @@ def opened(path: Path, what: str) -> Iterator[Bundle]:
 
 def this_machine() -> dict[str, dict[str, Any]]:
     """key id -> key of every device kind here: the CPU, and CUDA when a GPU is visible."""
+    # lazy: torch costs 1.3 s at start-up; `python -m trainer.cache export` needs none
     import torch
 
     keys = [machine_key("cpu")]

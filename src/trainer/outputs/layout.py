@@ -4,12 +4,16 @@ result file goes through."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 
 def _default_path(name: str) -> Path:
     """conf/paths/default.yaml's `name` over the schema's default (PathsConfig), resolved."""
+    # lazy: omegaconf and the schemas cost 0.13 s at start-up; cache/env.py (agents read it)
+    # stays light
     from omegaconf import OmegaConf
 
     from trainer.config.paths import conf_dir
@@ -83,9 +87,6 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     """Write `text` to `path` through a temporary file and a rename, so a reader (another agent,
     a crash) sees the old file or the new one, never half of it. The file gets the permissions
     a plain write would (0666 less the umask), not mkstemp's 0600: teammates can read results."""
-    import os
-    import tempfile
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -101,8 +102,6 @@ def write_text_atomic(path: str | Path, text: str) -> None:
 
 def _umask() -> int:
     """This process's umask (read by setting it, the only way, and setting it back)."""
-    import os
-
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
