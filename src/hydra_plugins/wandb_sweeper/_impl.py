@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hydra.conf import HydraConf
 from hydra.errors import HydraException
 from hydra.types import HydraContext, RunMode
 from omegaconf import DictConfig, OmegaConf
@@ -32,7 +33,9 @@ from trainer.sweep.definition.translate import (
     run_count,
     spelling_problems,
 )
+from trainer.sweep.local import run_sweep
 from trainer.sweep.options import AgentHooks, SweepOptions
+from trainer.sweep.prewarm import before_agents
 from trainer.sweep.search import repeats as repeating
 from trainer.sweep.store.directory import SweepLayout, write_sweep_yaml
 
@@ -76,8 +79,6 @@ def _raw_sweep_dir(tree: Any) -> Any:
 def user_sweep_dir(config: DictConfig) -> Path | None:
     """hydra.sweep.dir resolved when the user set it (command line, their config, a sweep
     definition), else None: the default of conf/train.yaml or of Hydra is not a choice."""
-    from hydra.conf import HydraConf
-
     on_command_line = any(o.startswith("hydra.sweep.dir=") for o in config.hydra.overrides.hydra)
     defaults = {
         HydraConf().sweep.dir,
@@ -253,6 +254,7 @@ def with_repeats(
 
 
 def _run_server(sweep_config: dict[str, Any], launch: Launch) -> dict[str, Any]:
+    # lazy: the server backend imports wandb (0.3 s at start-up); backend=local never loads it
     from trainer.sweep.server import ServerUnavailable, run_server_sweep
 
     try:
@@ -271,15 +273,12 @@ def prewarm_hook(
     compose them), compiled by the backend before its agents start; None when off."""
     if not options.prewarm:
         return None
-    from trainer.sweep.prewarm import before_agents
 
     compose = lambda values: trial_config(sweep_config, config, hydra_context, values)  # noqa: E731
     return before_agents(sweep_config, options, compose)
 
 
 def _run_local(sweep_config: dict[str, Any], launch: Launch) -> dict[str, Any]:
-    from trainer.sweep.local import run_sweep
-
     return run_sweep(sweep_config, launch.options, repeats=launch.repeats, **launch.where())
 
 

@@ -7,11 +7,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
 
 from trainer.errors import exit_on_error
 from trainer.sweep.report import leaderboard
 from trainer.sweep.report.dashboard import serving as dashboard
+from trainer.sweep.report.watch import watch
 from trainer.sweep.search import dispatch
 from trainer.sweep.store.database import SweepStore
 from trainer.sweep.store.directory import (
@@ -25,9 +28,6 @@ from trainer.sweep.store.directory import (
 )
 from trainer.sweep.store.opening import open_store, open_sweep, sweep_ids
 from trainer.sweep.store.storage import Storage, shown
-
-if TYPE_CHECKING:
-    from rich.table import Table
 
 
 def _open(sweep: str, root: Path, storage: str | None) -> tuple[SweepStore, SweepLayout, str]:
@@ -101,8 +101,6 @@ def _relative(path: Path) -> str:
 def _table(title: str) -> Table:
     """`ls`'s table: ids, states and run counts never wrap; the objectives and the best run
     wrap between words, so 80 columns keep every value whole."""
-    from rich.table import Table
-
     table = Table(title=title)
     for col in COLUMNS:
         table.add_column(col, no_wrap=col in ("sweep", "method", "state", "runs"))
@@ -112,8 +110,6 @@ def _table(title: str) -> Table:
 def ls(root: Path) -> int:
     """Every local sweep under <root>/sweeps/ by its recorded id; one that lives in its own
     hydra.sweep.dir is named with its folder after the table (a path on its own line)."""
-    from rich.console import Console
-
     table, away = _table(f"local sweeps in {_relative(root / 'sweeps')}"), []
     for _folder, layout in known(root):
         store = open_store(layout.root)
@@ -131,8 +127,6 @@ def ls(root: Path) -> int:
 
 def ls_storage(storage: str) -> int:
     """The sweeps kept in the database of `storage`."""
-    from rich.console import Console
-
     table = _table(f"sweeps in {shown(storage)}")
     for sweep_id in sweep_ids(storage):
         store = SweepStore(storage=Storage.server(storage, sweep_id))
@@ -192,8 +186,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "ls":
         return ls(root) if args.storage is None else ls_storage(args.storage)
     if args.command == "watch":
-        from trainer.sweep.report.watch import watch
-
         return watch(_open(args.sweep, root, args.storage), args.every)
     return show(args.sweep, root, args.storage)
 

@@ -10,8 +10,11 @@ from typing import TYPE_CHECKING
 
 from hydra_plugins.wandb_sweeper.config import RunnerConf
 from trainer.errors import TrainerError, exit_on_error
-from trainer.sweep.agents import cpu_share
-from trainer.sweep.store.directory import SweepLayout
+from trainer.sweep.agents import cpu_share, gpu_slots
+from trainer.sweep.agents.local_agent import LocalAgent
+from trainer.sweep.report import leaderboard
+from trainer.sweep.store.directory import SweepLayout, UnknownSweep, find, output_root, recorded
+from trainer.sweep.store.opening import open_sweep
 
 if TYPE_CHECKING:
     from trainer.sweep.store.database import SweepStore
@@ -72,7 +75,6 @@ def _devices(text: str | None) -> list[str] | None:
     """--devices 2,3 as CUDA_VISIBLE_DEVICES entries (TrainerError when it names no GPU here)."""
     if text is None:
         return None
-    from trainer.sweep.agents import gpu_slots
 
     try:
         indices = [int(part) for part in text.split(",") if part.strip()]
@@ -87,9 +89,6 @@ def _devices(text: str | None) -> list[str] | None:
 def _sweep(sweep: str, storage: str | None, root: Path) -> tuple[SweepLayout, SweepStore | None]:
     """The sweep's directory and, with --storage, its store on that server (a machine that
     has no directory of the sweep yet gets <root>/sweeps/<id>/ for its runs)."""
-    from trainer.sweep.store.directory import UnknownSweep, find, recorded
-    from trainer.sweep.store.opening import open_sweep
-
     if storage is None:
         return find("sweep", sweep, root), None
     try:
@@ -103,9 +102,6 @@ def _sweep(sweep: str, storage: str | None, root: Path) -> tuple[SweepLayout, Sw
 @exit_on_error
 def main(argv: list[str] | None = None) -> int:
     """The agent."""
-    from trainer.sweep.agents.local_agent import LocalAgent
-    from trainer.sweep.store.directory import output_root
-
     args = _parser().parse_args(argv)
     problem = cpu_share.per_trial_problem(
         args.cpus_per_trial, cpu_share.process_limits(), "--cpus-per-trial"
@@ -126,8 +122,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return agent.run(args.count)
     finally:  # the sweep's files now include this agent's runs (all of them, if it ends last)
-        from trainer.sweep.report import leaderboard
-
         res = leaderboard.write_final(agent.store, agent.sweep_id, agent.layout)
         if not args.no_report:
             leaderboard.print_leaderboard(res)

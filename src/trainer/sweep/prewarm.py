@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import subprocess
 import time
 from collections.abc import Callable, Mapping
@@ -16,6 +17,10 @@ from typing import Any
 
 from trainer.cache.env import BUNDLE_ENV, WANDB
 from trainer.cache.workload import label, workload, workload_id
+from trainer.config.schema import ConfigError
+from trainer.outputs.summary import RunSummary
+from trainer.preflight import validate
+from trainer.sweep.definition.command import expand_trial_command
 from trainer.sweep.options import SweepOptions
 from trainer.sweep.store.directory import SweepLayout
 
@@ -55,9 +60,6 @@ def _listed(sweep_config: Mapping[str, Any]) -> tuple[dict[str, list], dict[str,
 def plan(sweep_config: Mapping[str, Any], compose: Callable[[dict], Any]) -> Plan:
     """The distinct workloads of the sweep; `compose(values)` is a trial's composed config
     for these parameter values (others at their first or default value)."""
-    from trainer.config.schema import ConfigError
-    from trainer.preflight import validate
-
     listed, drawn = _listed(sweep_config)
     result, seen = Plan(), set()
 
@@ -112,11 +114,6 @@ def run(
 ) -> None:
     """Compile each target in a trial process of its own (one at a time), into the cache and
     the bundle `env` names (default: the sweep's folder); say what each cost."""
-    import os
-
-    from trainer.outputs.summary import RunSummary
-    from trainer.sweep.definition.command import expand_trial_command
-
     env = {BUNDLE_ENV: str(layout.compile_cache), **os.environ, **env}
     for i, target in enumerate(targets, 1):
         files, log_path = layout.prewarm(target.id), layout.prewarm_log(target.id)

@@ -15,10 +15,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import wandb
+from wandb.errors import AuthenticationError
+
 from trainer.sweep.agents import cpu_share, gpu_slots
 from trainer.sweep.agents.gpu_slots import DevicePlan
 from trainer.sweep.agents.launched import FORWARDING, JOB_DIR, AgentJob, StartAgents, env_added
 from trainer.sweep.options import AgentHooks, SweepOptions
+from trainer.sweep.search.suggest.wandb_door import scheduler_command
 from trainer.sweep.store.directory import SweepLayout, write_sweep_yaml
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"
@@ -45,8 +49,6 @@ def _fresh_online_wandb(url: str) -> Iterator[None]:
     """wandb set up anew from the environment, online for `url` (wandb.login refuses to look
     for credentials in offline mode) and silenced; torn down afterwards, so that neither the
     credentials found nor the mode outlive the check. Never under a live run."""
-    import wandb
-
     saved = {k: os.environ.get(k) for k in ("WANDB_MODE", "WANDB_BASE_URL")}
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         wandb.teardown()  # settings file and environment are read again by the next login
@@ -66,9 +68,6 @@ def api_key_present(url: str, *, verify: bool = False) -> bool:
     """Whether wandb finds an API key for `url` where `wandb login` and W&B users keep it:
     WANDB_API_KEY, W&B's settings file (api_key) or ~/.netrc. With `verify`, the server must
     also accept it. A malformed or refused key raises ServerUnavailable naming the fix."""
-    import wandb
-    from wandb.errors import AuthenticationError
-
     if wandb.run is not None:  # a live run in this process: it already has its credentials
         return True
     try:
@@ -193,7 +192,6 @@ def _maybe_scheduler(
     this command created and runs agents for (its line printed for the record)."""
     if config.get("scheduler") is None:
         return None
-    from trainer.sweep.search.suggest.wandb_door import scheduler_command
 
     command = scheduler_command(path, max(agents, 1))
     print(
@@ -221,7 +219,6 @@ def run_server_sweep(
     hooks = hooks or AgentHooks()
     project, entity, sweep_id = options.project, options.entity, options.sweep_id
     preflight()
-    import wandb
 
     created = sweep_id is None  # its creator runs the sweep's scheduler, joiners do not
     if created:

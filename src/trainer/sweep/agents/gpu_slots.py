@@ -8,6 +8,8 @@ trainer.sweep.store.liveness judges it)."""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -31,6 +33,7 @@ def gpu_count() -> int:
     drivers = ("/proc/driver/nvidia/gpus", "/dev/nvidiactl", "/dev/kfd")
     if sys.platform == "linux" and not any(os.path.exists(p) for p in drivers):
         return 0
+    # lazy: torch costs 1.2 s at start-up; an agent asks it only where a GPU driver is
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -169,9 +172,6 @@ def agent_count(agents: Any, plan: DevicePlan | None) -> int:
 def free_memory(device: str) -> tuple[float, float] | None:
     """(free, total) MiB of the GPU a CUDA_VISIBLE_DEVICES entry names, from nvidia-smi (no CUDA
     context in the agent); None without nvidia-smi or that GPU."""
-    import shutil
-    import subprocess
-
     if not shutil.which("nvidia-smi"):
         return None
     query = ["nvidia-smi", f"--id={device}", "--query-gpu=memory.free,memory.total"]

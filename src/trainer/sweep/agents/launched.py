@@ -19,7 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.sweep.agents import cpu_share, gpu_slots
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.plugins import Plugins
+from hydra.core.utils import JobStatus
+from omegaconf import OmegaConf
+
+from trainer.sweep.agents import cpu_share, gpu_slots, slurm_jobs
 
 BASIC = "basic"
 # Hydra's launcher plugins the sweeper drives, by the class their config instantiates.
@@ -116,8 +122,6 @@ def _job_argv(job: AgentJob, environ: Mapping[str, str]) -> list[str]:
 def run_agent_job(jobs: list[AgentJob], on_cluster: bool, cfg: Any = None) -> int:
     """The task function of every agent job (Hydra's launcher calls it with the job's config):
     run agent `hydra.job.num` as a process, return its exit code."""
-    from hydra.core.hydra_config import HydraConfig
-
     job = jobs[int(HydraConfig.get().job.num)]
     environ = dict(os.environ)
     argv = _job_argv(job, environ) if on_cluster else list(job.argv)
@@ -173,8 +177,6 @@ class LauncherJobs:
     def __call__(self, jobs: list[AgentJob], where: Path) -> list[int]:
         """Launch `jobs` (their Hydra job dirs under `where`), block until all end, and return
         their exit codes (1 for a job that failed outside its agent)."""
-        from hydra.core.plugins import Plugins
-
         if self.name.startswith("submitit"):
             quiet_submitit(where / "submitit.log")
         task = functools.partial(run_agent_job, jobs, self.name == SLURM)
@@ -204,8 +206,6 @@ class LauncherJobs:
     @staticmethod
     def _settled(config: Any, count: int) -> list[int]:
         """The agents' exit codes once SLURM has ended every job for good."""
-        from trainer.sweep.agents import slurm_jobs
-
         folder = str(config.hydra.launcher.submitit_folder)
         return slurm_jobs.exit_codes(slurm_jobs.settle(folder, count))
 
@@ -214,7 +214,8 @@ def quiet_submitit(log_path: Path) -> None:
     """submitit's logger (its per-poll warnings, e.g. "Bypassing sacct error" three times a poll
     on a cluster without accounting) writes to `log_path`, not the terminal; the first warning
     about sacct is said once, in our words."""
-    import submitit  # noqa: F401  (its import configures the logger: do that first)
+    # optional: the [cluster] extra; importing it configures its logger, which comes first
+    import submitit  # noqa: F401
 
     logger = logging.getLogger("submitit")
     for handler in list(logger.handlers):
@@ -249,8 +250,6 @@ def fixed_task_overrides(config: Any) -> list[str]:
     """The command line's overrides that are no sweep (`sweep=lr_random`, `compile=off`, not
     `optimizer.lr=0.1,0.2`): each agent job's config is composed with them, so that it has the
     sweep command's sweeper (Hydra 1.4 checks that a job keeps it)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     parsed = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
     return [o.input_line for o in parsed if not o.is_sweep_override()]
 
@@ -258,8 +257,6 @@ def fixed_task_overrides(config: Any) -> list[str]:
 def job_config(config: Any, where: Path) -> Any:
     """The sweep command's config as its launcher sees it for the agent jobs: their Hydra job
     dirs under `where` (`<where>/<job number>`)."""
-    from omegaconf import OmegaConf
-
     # A plain copy: Hydra's read-only flags (set node by node on Hydra 1.4) stay on the original.
     config = OmegaConf.create(OmegaConf.to_container(config, resolve=False))
     config.hydra.sweep.dir = str(where)
@@ -271,8 +268,6 @@ def job_config(config: Any, where: Path) -> Any:
 
 def _code(job_return: Any) -> int:
     """An agent job's exit code; a job that raised (its launcher failed it) counts as 1."""
-    from hydra.core.utils import JobStatus
-
     if job_return.status != JobStatus.COMPLETED:
         print(f"agents: a job failed: {job_return._return_value!r}", flush=True)
         return 1

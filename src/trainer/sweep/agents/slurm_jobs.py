@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from hydra.core.utils import JobStatus
+
 # Job states in which the job may still run its agent (again, after a requeue).
 ACTIVE = {
     "PENDING",
@@ -116,6 +118,7 @@ def wait_for(
 
 def _result(folder: str, job_id: str) -> Path:
     """Where submitit keeps the result of the job's task."""
+    # optional: submitit comes with the [cluster] extra
     import submitit
 
     return submitit.SlurmJob(folder=folder, job_id=job_id, tasks=(0,)).paths.result_pickle
@@ -124,8 +127,8 @@ def _result(folder: str, job_id: str) -> Path:
 def agent_code(folder: str, job_id: str) -> int | None:
     """The exit code the job's agent returned (its submitit result), or None when it left none
     (killed with its job) or failed outside the agent."""
+    # optional: submitit comes with the [cluster] extra
     import submitit
-    from hydra.core.utils import JobStatus
 
     result = _result(folder, job_id)
     if not result.exists():

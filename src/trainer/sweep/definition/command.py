@@ -9,6 +9,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from hydra_plugins.wandb_sweeper.config import RunnerConf
 
 ARGS_MACRO = "${args_no_hyphens}"  # where `wandb agent` puts `key=value` of each parameter
@@ -72,8 +74,6 @@ def trial_hydra_overrides(hydra_overrides: Iterable[str]) -> list[str]:
     one argv item, no shell on the way: a trial's Hydra parses it as the sweep's did), all but
     the sweep's own. A ListConfig (hydra.overrides.hydra itself) is read unresolved, as Hydra's
     own sweeps pass it on: `${...}` is resolved in the trial."""
-    from omegaconf import OmegaConf
-
     if OmegaConf.is_config(hydra_overrides):
         hydra_overrides = OmegaConf.to_container(hydra_overrides, resolve=False)
     return [str(o) for o in hydra_overrides if not is_sweep_own(str(o))]
@@ -113,6 +113,7 @@ def expand_trial_command(
     config: Mapping[str, Any], params: Mapping[str, Any], run_dir: Path
 ) -> list[str]:
     """The sweep's `command` expanded exactly as `wandb agent` expands it, plus the run dir."""
+    # lazy: wandb costs 0.6 s at start-up; `python -m trainer.sweep ls` never expands a command
     from wandb.sdk.launch.sweeps import utils as sweep_utils
 
     command = sweep_utils.create_sweep_command(list(config.get("command") or []))

@@ -9,6 +9,13 @@ from typing import Any
 
 from trainer.config.schema import EPOCH_METRICS, ConfigError
 from trainer.sweep.search.distributions import GRID, POSITIVE_MIN, distribution
+from trainer.sweep.search.wandb_sweeps.config import (
+    ParamValidationError,
+    fill_parameter,
+    schema_violations_from_proposed_config,
+)
+from trainer.sweep.search.wandb_sweeps.config.schema import validator
+from trainer.sweep.search.wandb_sweeps.params import PARAM_DEPRECATION_MAP
 from trainer.sweep.store.directory import wandb_view
 
 
@@ -86,14 +93,6 @@ def parameter_problems(
 def schema_problems(config: dict[str, Any]) -> list[str]:
     """The violations of W&B's sweep schema (as W&B's engine reports them), less its notes on
     the older log distributions (log_uniform & co. take exponents; W&B still runs them)."""
-    from trainer.sweep.search.wandb_sweeps.config import (
-        ParamValidationError,
-        fill_parameter,
-        schema_violations_from_proposed_config,
-    )
-    from trainer.sweep.search.wandb_sweeps.config.schema import validator
-    from trainer.sweep.search.wandb_sweeps.params import PARAM_DEPRECATION_MAP
-
     config = wandb_view(config)  # the keys only the local backend runs are checked apart
     notes = set()
     for name, spec in (config.get("parameters") or {}).items():

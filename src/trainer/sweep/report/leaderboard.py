@@ -9,9 +9,12 @@ import shlex
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
+from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
 
 from trainer.outputs.layout import write_text_atomic
 from trainer.sweep.definition.command import fixed_overrides
@@ -23,10 +26,7 @@ from trainer.sweep.search import repeats as repeating
 from trainer.sweep.store.database import RunRecord, SweepStore
 from trainer.sweep.store.directory import SweepLayout
 from trainer.trial.pbt_files import lineage_of
-
-if TYPE_CHECKING:
-    from rich.console import Console
-    from rich.table import Table
+from trainer.trial.trial_argv import hydra_value
 
 
 def _compile_info(summary: dict | None) -> dict[str, Any]:
@@ -153,7 +153,6 @@ def best_overrides(config: dict, best: dict | None) -> list[str]:
     arguments (the user's config dir and name, fixed overrides) + its parameters."""
     if best is None:
         return []
-    from trainer.trial.trial_argv import hydra_value
 
     params = [f"{key}={hydra_value(value)}" for key, value in best["params"].items()]
     return [*fixed_overrides(config), *params]
@@ -329,8 +328,6 @@ def leaderboard(
 ) -> Table:
     """The leaderboard table of the `shown` columns (all by default); the parameters as a last
     column when `with_params`."""
-    from rich.table import Table
-
     table = Table(title=f"sweep {res['sweep_id']} ({res.get('method')})")
     shown = columns(res) if shown is None else shown
     for col in shown:
@@ -367,8 +364,6 @@ def _fitting(res: dict[str, Any], console: Console) -> tuple[Table, list[Column]
     """The widest table that fits the console: every column and the parameters; else without
     the parameters, leaving out columns by priority until it fits. The table, the columns left
     out, and whether the parameters are in it."""
-    from rich.measure import Measurement
-
     unbounded = console.options.update_width(10_000)  # the table's natural width, unwrapped
 
     def fits(table: Table) -> bool:
@@ -392,8 +387,6 @@ def print_leaderboard(res: dict[str, Any], console: Console | None = None) -> No
     unbroken; otherwise (a narrow terminal, a log file: 80 columns) each run's parameters follow
     the table on their own line, so no column is squeezed to a few characters, and columns are
     left out by priority until run ids, objectives and states fit whole."""
-    from rich.console import Console
-
     console = console or Console()
     table, dropped, fits = _fitting(res, console)
     console.print(table)

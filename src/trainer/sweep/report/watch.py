@@ -9,6 +9,9 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from rich.live import Live
+from rich.text import Text
+
 from trainer.sweep.report import leaderboard
 from trainer.sweep.search import dispatch
 from trainer.sweep.store.database import RunRecord, SweepStore
@@ -79,15 +82,11 @@ class LiveStatus:
         return open(path, "a")  # noqa: SIM115  (the agent process writes to it)
 
     def __enter__(self) -> LiveStatus:
-        from rich.live import Live
-
         self._live = Live("", refresh_per_second=2, transient=False)
         self._live.__enter__()
         return self
 
     def refresh(self) -> None:
-        from rich.text import Text
-
         lines = status(self.store, self.sweep_id)
         lines.append("  agents' lines: logs/agent-<i>.log of the sweep's folder")
         self._live.update(Text("\n".join(lines)))

@@ -12,9 +12,11 @@ from trainer.sweep.search.custom_method import LIBRARY, drives_optimizer, engine
 from trainer.sweep.search.pbt_engine import PbtEngine
 from trainer.sweep.search.pbt_policy import is_pbt
 from trainer.sweep.search.repeats import Repeats, configurations, proposer
+from trainer.sweep.search.suggest.driver import SchedulerEngine
 from trainer.sweep.store.database import RunRecord, SweepStore
 from trainer.sweep.store.directory import SweepLayout, new_id
 from trainer.sweep.store.records import Busy
+from trainer.sweep.store.suggestions import SuggestionQueue
 
 
 class ClassicEngine:
@@ -60,8 +62,6 @@ def for_sweep(
     if is_pbt(config):
         return PbtEngine(store, config)
     if drives_optimizer(config):
-        from trainer.sweep.search.suggest.driver import SchedulerEngine
-
         return SchedulerEngine(store, layout, config, sweep_id)
     return ClassicEngine(store, config)
 
@@ -113,7 +113,6 @@ def sweep_state(stored: str, store: SweepStore) -> str:
     live = [r for r in runs if not r.superseded]
     if any(r.state == "running" for r in live):
         return "running"
-    from trainer.sweep.store.suggestions import SuggestionQueue
 
     cap = config.get("run_cap")
     tried = len(live) if repeats is None else len(configurations(live))  # run_cap: configurations

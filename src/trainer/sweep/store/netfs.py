@@ -7,6 +7,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import psutil
+
 NETWORK = frozenset(
     {"nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "ceph", "glusterfs", "beegfs"}
 )
@@ -16,10 +18,8 @@ _warned: set[Path] = set()
 def mounts() -> list[tuple[str, str]]:
     """(mount point, filesystem type) of every mount of this machine."""
     try:
-        import psutil
-
         return [(p.mountpoint, p.fstype) for p in psutil.disk_partitions(all=True)]
-    except (ImportError, OSError):
+    except OSError:
         try:
             lines = Path("/proc/mounts").read_text().splitlines()
         except OSError:

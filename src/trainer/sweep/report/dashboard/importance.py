@@ -9,6 +9,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import optuna
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import create_trial
+
 MIN_RUNS = 3  # fewer finished runs say nothing about importance
 EVALUATOR = "fANOVA"  # optuna.importance's default evaluator, seeded here for a stable chart
 
@@ -27,8 +31,6 @@ def _number(value: Any) -> bool:
 def distribution(values: list[Any], log: bool):
     """Optuna's distribution spanning the values the runs took (None: one value only, which
     explains nothing): int or float ranges (log when the sweep draws it so), else categories."""
-    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
-
     choices = sorted({_choice(v) for v in values}, key=repr)
     if len(choices) < 2:
         return None
@@ -43,8 +45,6 @@ def distribution(values: list[Any], log: bool):
 @contextmanager
 def _quiet_optuna() -> Iterator[None]:
     """Optuna announces every study it creates on the terminal: not the dashboard's."""
-    import optuna
-
     before = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(logging.WARNING)
     try:
@@ -55,9 +55,6 @@ def _quiet_optuna() -> Iterator[None]:
 
 def _study(rows: list[dict], params: dict[str, Any], objective: dict[str, Any]):
     """An in-memory study of the runs: one complete trial per run, valued by `objective`."""
-    import optuna
-    from optuna.trial import create_trial
-
     direction = "maximize" if objective.get("goal") == "maximize" else "minimize"
     study = optuna.create_study(direction=direction)
     for row in rows:
@@ -90,7 +87,6 @@ def importances(
     if not objectives or len(finished) < MIN_RUNS or not spans:
         out["reason"] = _why_not(objectives, len(finished), spans)
         return out
-    import optuna
 
     evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
     with _quiet_optuna():

@@ -28,7 +28,7 @@ def plotly_bundle() -> Path:
     """plotly.js as the `plotly` package ships it; TrainerError (exit 2) saying how to install
     the extra when it is missing."""
     try:
-        import plotly
+        import plotly  # optional: the [dashboard] extra (said below when missing)
     except ImportError:
         raise TrainerError(
             "python -m trainer.sweep dashboard draws its charts with Plotly, which is not "
@@ -164,6 +164,7 @@ def main(args: argparse.Namespace, root: Path) -> int:
     """`python -m trainer.sweep dashboard [SWEEP]`: check Plotly, find the sweep(s) under the
     output `root` (or on the --storage server, given before or after `dashboard`), serve."""
     plotly_bundle()  # first: the catalog's figures import plotly
+    # lazy: the catalog draws with plotly, the optional extra checked just above
     from trainer.sweep.report.dashboard.catalog import Catalog
 
     return serve(Catalog(root, args.storage, args.sweep), args.host, args.port)

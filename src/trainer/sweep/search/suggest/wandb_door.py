@@ -16,6 +16,7 @@ from typing import Any
 from unittest import mock
 
 from trainer.errors import TrainerError
+from trainer.sweep.search.classic import plain
 from trainer.sweep.search.custom_method import LIBRARY, OPTIMIZER_ENGINES, engine_of, missing_engine
 
 _NULL = logging.getLogger("trainer.sweep.scheduler.silent")
@@ -27,6 +28,7 @@ RUN_STATE = {"queued": "PENDING", "stopped": "KILLED", "pruned": "KILLED"}
 
 def run_state(state: str) -> Any:
     """W&B's RunState of a store state."""
+    # lazy: wandb costs 0.3 s at start-up; only sweeps with scheduler.engine optuna or ax use it
     from wandb.sdk.sweeps import RunState
 
     return RunState[RUN_STATE.get(state, state.upper())]
@@ -45,6 +47,7 @@ class TrialView:
 @contextlib.contextmanager
 def quiet(log: logging.Logger) -> Iterator[None]:
     """Warnings and W&B's terminal notes raised inside the library go to `log`, not the terminal."""
+    # lazy: wandb, as in run_state()
     import wandb
 
     def note(string: str = "", *args: Any, **kwargs: Any) -> None:  # wandb.termwarn's shape
@@ -85,6 +88,7 @@ def scheduler_command(path: str, batch_size: int) -> list[str]:
 
 def sweep_info(config: dict[str, Any], sweep_id: str) -> Any:
     """W&B's SweepInfo of a local sweep (offline: no entity, project or controller run)."""
+    # lazy: wandb, as in run_state()
     from wandb.sdk.sweeps import SweepInfo
 
     name = str(config.get("name") or sweep_id)
@@ -96,6 +100,7 @@ def sweep_info(config: dict[str, Any], sweep_id: str) -> Any:
 def build(config: dict[str, Any], sweep_id: str, log: logging.Logger) -> Any:
     """W&B's optimizer for the sweep (`make_optimizer`), its library's output routed to `log`;
     a TrainerError gives W&B's reason when it cannot be built."""
+    # lazy: wandb, as in run_state()
     import wandb
     from wandb.sdk.sweeps.scheduler.optimizer import make_optimizer
 
@@ -129,6 +134,7 @@ class _Forward(logging.Handler):
 def _with_metrics(view: TrialView) -> Any:
     """W&B's RunWithMetrics of a run: its history with `_step` = epoch index, and a summary
     that holds each key's last value, as a W&B run summary does."""
+    # lazy: wandb, as in run_state()
     from wandb.sdk.sweeps.scheduler.optimizer import RunConfig, RunWithMetrics
 
     history = [{**row, "_step": step} for step, row in enumerate(view.history)]
@@ -154,8 +160,6 @@ class OptimizerSession:
 
     def ask(self, n: int) -> list[tuple[str, dict[str, Any]]] | None:
         """Up to `n` (optimizer id, parameters); [] when the search is over, None: not now."""
-        from trainer.sweep.search.classic import plain
-
         with quiet(self.log):
             suggested = self._optimizer.ask_n_runs(n)
         if suggested is None:
@@ -179,6 +183,7 @@ class OptimizerSession:
 
     def adopt(self, view: TrialView) -> str | None:
         """Track a queued or running run this optimizer did not suggest; its new id or None."""
+        # lazy: wandb, as in run_state()
         from wandb.sdk.sweeps.scheduler.optimizer import Run, RunConfig
 
         run = Run(
@@ -209,11 +214,13 @@ def mapping_refusals(config: dict[str, Any], log: logging.Logger) -> dict[str, s
     """Parameter -> W&B's reason, for each parameter W&B's mapping to the engine refuses."""
     engine = engine_of(config)
     if engine == "optuna":
+        # lazy: wandb, as in run_state()
         from wandb.sdk.sweeps.scheduler.optuna import sweep_parameter_to_distribution as to_optuna
 
         def mapping(name: str, spec: Any) -> Any:
             return to_optuna(spec)
     elif engine == "ax":
+        # optional: ax (the [ax] extra); W&B's module raises without it
         from wandb.sdk.sweeps.scheduler.ax import sweep_parameter_to_parameter as mapping
     else:
         return {}
@@ -232,6 +239,7 @@ def mapping_refusals(config: dict[str, Any], log: logging.Logger) -> dict[str, s
 def source_refusals(config: dict[str, Any], log: logging.Logger) -> list[str]:
     """W&B's reasons against `scheduler.search_space` / `scheduler.optimizer` in `source`: a
     missing function, one that takes or returns the wrong thing, or one that raises."""
+    # lazy: wandb, as in run_state()
     from wandb.sdk.sweeps.scheduler.client import load_optimizer_config
     from wandb.sdk.sweeps.scheduler.optuna import load_trial_constructor
 
@@ -264,9 +272,8 @@ def sample_search_space(
 ) -> tuple[dict[str, Any], list[str]]:
     """What the define-by-run function returns for one throwaway trial (Hydra keys -> values),
     and the names of the trial.suggest_* calls it made."""
+    # lazy: wandb, as in run_state()
     from wandb.sdk.sweeps.scheduler.client import load_source_object
-
-    from trainer.sweep.search.classic import plain
 
     scheduler = config["scheduler"]
     constructor = load_source_object(scheduler["source"], scheduler["search_space"])

@@ -192,6 +192,7 @@ def fill_validate_early_terminate(d: dict) -> dict:
 
 def check_for_deprecated_distributions(parameter_name: str, parameter_config: dict) -> None:
     """Raise ValueError with W&B's note when the spec uses a base-e-exponent distribution."""
+    # circle: params imports this module
     from trainer.sweep.search.wandb_sweeps.params import PARAM_DEPRECATION_MAP, HyperParameter
 
     try:
@@ -205,6 +206,7 @@ def check_for_deprecated_distributions(parameter_name: str, parameter_config: di
 def fill_validate_schema(d: dict) -> dict:
     """`d` with every parameter's and early_terminate's defaults filled in; raises
     jsonschema.ValidationError listing the violations of an invalid configuration."""
+    # circle: cfg imports this module (upstream's lazy import)
     from trainer.sweep.search.wandb_sweeps.config.cfg import schema_violations_from_proposed_config
 
     violations = schema_violations_from_proposed_config(d)
