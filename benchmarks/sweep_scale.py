@@ -27,7 +27,9 @@ store's work). Time is compressed by `--speedup`: a 60 s trial of 10 epochs is r
 30x, every heartbeat and report in proportion, so the store sees the load of `speedup` times as
 many real agents. Agents start spread over one (compressed) trial, as agents of a running sweep
 are, and each round runs `--duration-s`; at its end the agents finish their trial at once (final
-state written) and claim nothing more. Hand-outs are the claims begun inside the round.
+state written) and claim nothing more. Hand-outs are the claims begun inside the round. A claim
+reads every run of the sweep, so its cost grows with the runs handed out during the round too:
+compare rounds of one `--duration-s`; `--finished-rows` rounds show that growth on its own.
 
 Each simulated agent has its own SweepStore, as each real agent (a process) has: one pooled
 connection each, so a PostgreSQL round of N agents holds about N connections. PostgreSQL's
@@ -434,6 +436,7 @@ def one_round(
     procs_n = max(1, min(args.processes, agents))
     shares = [agents // procs_n + (i < agents % procs_n) for i in range(procs_n)]
     argv = [sys.executable, "-m", "benchmarks.sweep_scale", "--worker"]
+    opening = time.perf_counter()
     procs = []
     for share in shares:
         proc = subprocess.Popen(
@@ -458,6 +461,7 @@ def one_round(
         line = proc.stdout.readline().strip()
         if line != "ready":
             raise SystemExit(f"a worker failed to open its stores (exit {proc.wait()})")
+    open_s = time.perf_counter() - opening  # workers started, every agent's store open
     go = time.time() + 0.5
     deadline = go + args.duration_s
     for proc in procs:
@@ -507,6 +511,7 @@ def one_round(
         "losses": len({x for o in outs for x in o["unfinished"]} | not_finished),
         "errors": [x for o in outs for x in o["errors"]][:10],
         "prefill_s": prefill_s,
+        "open_s": open_s,
         "exit_codes": [p.returncode for p in procs],
     }
 
