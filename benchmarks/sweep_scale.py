@@ -80,8 +80,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import Engine
+
 from benchmarks import destination
 from benchmarks.md_table import table
+from trainer.sweep.store import tables as t
+from trainer.sweep.store.liveness import this_host
+from trainer.sweep.store.opening import open_store
 
 REPO = Path(__file__).resolve().parent.parent
 POLL_S = 0.25  # trainer.sweep.agents.local_agent.POLL_S: how often the agent checks a trial
@@ -122,8 +129,6 @@ _counted = threading.local()
 
 
 def _count_statements() -> None:
-    from sqlalchemy import event
-    from sqlalchemy.engine import Engine
 
     def before(*_args: Any) -> None:
         _counted.n = getattr(_counted, "n", 0) + 1
@@ -252,7 +257,6 @@ def _sleep_until(when: float) -> None:
 def worker() -> None:
     """Read the plan (a JSON line), open a store per agent, say `ready`, wait for the round's
     start (a JSON line) and print what every agent did as JSON."""
-    from trainer.sweep.store.opening import open_store
 
     plan = json.loads(sys.stdin.readline())
     _count_statements()
@@ -310,7 +314,6 @@ def server_cpu_s(postmaster: int | None) -> float | None:
 
 
 def _connections(url: str) -> int | None:
-    from sqlalchemy import create_engine, text
 
     engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
     with engine.connect() as db:
@@ -330,6 +333,7 @@ def postgres(url: str | None, max_connections: int) -> Iterator[dict]:
         return
     with warnings.catch_warnings():  # platformdirs: no XDG_RUNTIME_DIR as root
         warnings.simplefilter("ignore")
+        # optional: pgserver is the dev extra's, and reads its runtime folder on import
         import pgserver
         from pgserver._commands import pg_ctl
 
@@ -351,7 +355,6 @@ def postgres(url: str | None, max_connections: int) -> Iterator[dict]:
                 f"max_connections raised from {DEFAULT_MAX_CONNECTIONS} to {max_connections} "
                 "(one connection per simulated agent, as one per real agent)"
             )
-        from sqlalchemy import create_engine, text
 
         engine = create_engine(uri.replace("postgresql://", "postgresql+psycopg://", 1))
         with engine.connect() as db:
@@ -378,8 +381,6 @@ def postgres(url: str | None, max_connections: int) -> Iterator[dict]:
 # the rounds ------------------------------------------------------------------------------------
 def prefill(store: Any, rows: int, epochs: int) -> float:
     """`rows` finished runs, each with `epochs` history rows, in bulk; the seconds it took."""
-    from trainer.sweep.store import tables as t
-    from trainer.sweep.store.liveness import this_host
 
     began, host, rng = time.perf_counter(), this_host(), random.Random(rows)
     chunk = max(1, 20_000 // max(1, epochs))
@@ -417,7 +418,6 @@ def prefill(store: Any, rows: int, epochs: int) -> float:
 def one_round(
     backend: str, server: dict, agents: int, finished: int, args: argparse.Namespace, work: Path
 ) -> dict[str, Any]:
-    from trainer.sweep.store.opening import open_store
 
     url = server["url"] if backend == "postgresql" else ""
     sweep_id = "s" + uuid.uuid4().hex[:8]
@@ -589,7 +589,6 @@ def markdown(rounds: list[dict], meta: dict) -> str:
 
 
 def _meta(args: argparse.Namespace, server: dict) -> dict[str, Any]:
-    import sqlalchemy
 
     return {
         "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, Python "
