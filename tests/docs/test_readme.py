@@ -244,6 +244,11 @@ COMMANDS: dict[str, Run | NotRun] = {
         "tests/sweep/store/test_postgres.py::"
         "test_eight_agents_claiming_at_once_get_each_run_exactly_once"
     ),
+    "python -m benchmarks.sweep_scale": NotRun(
+        "simulated agents by the hundred against PostgreSQL and SQLite, minutes per round; "
+        "tests/benchmarks/test_sweep_scale.py::test_sweep_scale_writes_one_object_per_round "
+        "runs it with tiny rounds"
+    ),
     'pip install -e ".[postgres]"': NotRun("installs from a package index (network)"),
     "python -m trainer sweep=lr_bayes "
     "hydra.sweeper.storage=postgresql://sweeper@db.example:5432/sweeps": NotRun(
@@ -994,7 +999,7 @@ def test_the_readme_names_the_test_commands():
         "`python -m pytest` runs the fast set (at most 5 minutes on 2 CPU cores; tests marked"
         in text
     )
-    assert "`python -m pytest --slow` runs everything, as CI does (`.ci/run`, both Pythons)" in text
+    assert "`python -m pytest --slow` runs everything, as CI does (`.ci/run`, on Python 3.11)" in text
 
 
 def test_a_group_file_of_ones_own_inherits_the_schema(tmp_path):
