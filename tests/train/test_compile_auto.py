@@ -9,29 +9,13 @@ import logging
 
 import pytest
 import torch
-from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from trainer import compiling
-from trainer.config.schema import CompileConfig, TrainerConfig
+from tests.compiling.test_compile import _cfg, _clean_dynamo, _tiny  # noqa: F401 (a fixture)
+from trainer.config.schema import TrainerConfig
 from trainer.run import run
 from trainer.train import compile_auto
 from trainer.train.step import train_step
-
-
-@pytest.fixture(autouse=True)
-def _clean_dynamo():
-    compiling.reset()
-    yield
-    compiling.reset()
-
-
-def _tiny() -> nn.Module:
-    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
-
-
-def _cfg(**kw) -> CompileConfig:
-    return CompileConfig(**{"backend": "eager", **kw})
 
 
 def test_auto_measurement_leaves_the_model_and_the_rng_untouched(caplog):

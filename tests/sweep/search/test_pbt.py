@@ -9,6 +9,7 @@ import random
 import pytest
 import yaml
 
+from tests.trial.test_pbt_files import LR, report, settings
 from trainer.sweep.definition import pbt_checks
 from trainer.sweep.definition.problems import schema_problems
 from trainer.sweep.definition.translate import build_sweep_config, run_count
@@ -17,24 +18,6 @@ from trainer.sweep.search.pbt_engine import next_member
 from trainer.sweep.store.database import RunRecord
 from trainer.sweep.store.directory import write_sweep_yaml
 from trainer.trial import pbt_files
-
-LR = {"distribution": "log_uniform_values", "min": 0.001, "max": 0.5}
-
-
-def settings(tmp_path, member="a", **kw):
-    return pbt_files.Settings(
-        folder=str(tmp_path), parameters={"optimizer.lr": LR}, metric="val/acc",
-        maximize=True, member=member, **{**policy.DEFAULTS, **kw},
-    )  # fmt: skip
-
-
-def report(tmp_path, member, score, epoch=2, lr=0.1):
-    ckpt = tmp_path / member / f"epoch-{epoch:04d}.pt"
-    ckpt.parent.mkdir(parents=True, exist_ok=True)
-    ckpt.write_bytes(b"x")
-    rep = pbt_files.Report(member, epoch, score, {"optimizer.lr": lr}, str(ckpt))
-    pbt_files.publish(settings(tmp_path, member), rep)
-    return rep
 
 
 def test_the_bottom_quantile_copies_a_leader_and_explores_its_values(tmp_path):
