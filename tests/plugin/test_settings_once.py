@@ -12,17 +12,21 @@ import re
 import time
 from pathlib import Path
 
+import hydra
 from hydra.utils import instantiate
 
 from hydra_plugins.wandb_sweeper.config import PbtConf, RunnerConf, WandbSweeperConf
 from hydra_plugins.wandb_sweeper.wandb_sweeper import WandbSweeper
 from tests.conftest import make_cfg
+from trainer.config.hydra_version import _release
 from trainer.sweep.definition.translate import SWEEP_KEYS
 from trainer.sweep.options import SweepOptions
 from trainer.sweep.search import classic, pbt_policy
 from trainer.sweep.store.database import SweepStore
 from trainer.sweep.store.directory import new_id
 from trainer.trial.pbt_files import Settings
+
+_HYDRA_1_4 = _release(hydra.__version__) >= (1, 4)
 
 REPO = Path(__file__).resolve().parents[2]
 SRC = REPO / "src"
@@ -48,7 +52,10 @@ def test_every_key_of_the_sweeper_reaches_the_options_or_the_wandb_configuration
 
 def test_the_plugin_is_constructed_with_the_conf_hydra_composed():
     cfg = make_cfg("sweep=lr_random", "hydra.sweeper.agents=2", "hydra.sweeper.pbt.seed=7")
-    sweeper = instantiate(cfg.hydra.sweeper)  # as Hydra instantiates it: the keys as kwargs
+    # as Hydra instantiates it: the keys as kwargs (Hydra 1.4 names the class it trusts, as its
+    # Plugins.instantiate_sweeper does; Hydra 1.3 has no such argument)
+    trusted = {"_execution_whitelist_": cfg.hydra.sweeper._target_} if _HYDRA_1_4 else {}
+    sweeper = instantiate(cfg.hydra.sweeper, **trusted)
     # (by name: Hydra's plugin scan loads the plugin's modules a second time)
     assert type(sweeper).__name__ == WandbSweeper.__name__
     assert type(sweeper.conf).__name__ == WandbSweeperConf.__name__
