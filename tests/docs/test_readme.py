@@ -178,6 +178,27 @@ COMMANDS: dict[str, Run | NotRun] = {
     "python -m trainer.sweep ls": Run("sweeps", ""),
     "python -m trainer.sweep show SWEEP_ID": Run("sweeps", ""),
     "python -m trainer.sweep watch SWEEP_ID": Run("sweeps", ""),
+    "python -m trainer.sweep pause SWEEP_ID": NotRun(
+        "needs a live sweep to pause: tests/sweep/test_steer_live.py::"
+        "test_pause_holds_new_runs_until_resume_and_stop_ends_one_run"
+    ),
+    "python -m trainer.sweep resume SWEEP_ID": NotRun(
+        "needs a paused live sweep: tests/sweep/test_steer_live.py::"
+        "test_pause_holds_new_runs_until_resume_and_stop_ends_one_run"
+    ),
+    "python -m trainer.sweep stop SWEEP_ID": NotRun(
+        "ends a live sweep; every verb from every state: tests/sweep/store/test_steering.py::"
+        "test_every_verb_from_every_state"
+    ),
+    "python -m trainer.sweep cancel SWEEP_ID": NotRun(
+        "ends a live sweep; tests/sweep/test_steer_cli.py::"
+        "test_cancel_with_nothing_running_writes_the_report and tests/sweep/store/"
+        "test_steering.py::test_cancel_stops_the_running_and_ends_the_waiting_and_none_comes_back"
+    ),
+    "python -m trainer.sweep stop SWEEP_ID RUN_ID": NotRun(
+        "needs a running run: tests/sweep/test_steer_live.py::"
+        "test_pause_holds_new_runs_until_resume_and_stop_ends_one_run"
+    ),
     "head -1 outputs/sweeps/SWEEP_ID/best.yaml": Run("sweeps", ""),
     "python -m trainer sweep=tpe_optuna": Run("engines", "hydra.sweeper.dry_run=true"),
     "python -m trainer sweep=conditional_optuna": Run("engines", TRIAL),

@@ -63,6 +63,9 @@ class RunnerConf:
     # each configuration runs this many times, with trainer.seed, trainer.seed+1, ...; ranked
     # by the mean (± std) over its seeds, which is also what the search engine is told
     repeats: int = 1
+    # an agent started as a launcher job (SLURM, ...) waits this long (s) on a paused sweep, then
+    # exits 0 so its allocation does not idle; local agents wait until `trainer.sweep resume`
+    paused_wait_s: float = 600.0
 
 
 @dataclass

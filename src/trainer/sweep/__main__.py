@@ -1,6 +1,7 @@
-"""`python -m trainer.sweep ls | show SWEEP | watch SWEEP | dashboard [SWEEP] [--storage URL]`:
-the list of local sweeps (or those kept in a database server), a sweep's leaderboard and plot
-(by id or directory), a sweep followed from any terminal until it ends, or its live web page."""
+"""`python -m trainer.sweep ls | show SWEEP | watch SWEEP | dashboard [SWEEP] | pause | resume |
+stop | cancel SWEEP | stop SWEEP RUN... [--storage URL]`: the list of local sweeps (or those
+kept in a database server), a sweep's leaderboard and plot (by id or directory), a sweep
+followed from any terminal until it ends, its live web page, or W&B's verbs that steer it."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from trainer.sweep.report import leaderboard
 from trainer.sweep.report.dashboard import serving as dashboard
 from trainer.sweep.report.watch import watch
 from trainer.sweep.search import dispatch
+from trainer.sweep.store import steering
 from trainer.sweep.store.database import SweepStore
 from trainer.sweep.store.directory import (
     SweepLayout,
@@ -56,6 +58,70 @@ def show(sweep: str, root: Path, storage: str | None = None) -> int:
     return 0
 
 
+def _going(store: SweepStore) -> list[str]:
+    """The ids of the runs that train now."""
+    return [r.id for r in store.runs() if r.state == "running"]
+
+
+def _steered(verb: str, change: steering.Change, store: SweepStore, sweep_id: str) -> str:
+    """What a verb did, and what every agent does about it within its next poll."""
+    poll = f"within {steering.POLL_S:g} s (an agent's poll)"
+    going = _going(store)
+    runs = f"{len(going)} running run(s){': ' + ', '.join(going) if going else ''}"
+    head = f"sweep {sweep_id}: {change.said()}."
+    resume = f"python -m trainer.sweep resume {sweep_id}"
+    if verb == "pause":
+        return (
+            f"{head} No new run is handed out; {runs} go on. Every agent waits {poll}; one in a "
+            "launcher job (SLURM) waits hydra.sweeper.paused_wait_s, then exits 0. Undo it "
+            f"with {resume}."
+        )
+    if verb == "resume":
+        live = len(store.live_agents())
+        return (
+            f"{head} Waiting agents claim runs again {poll} ({live} agent(s) alive). Agents "
+            f"that left (a launcher job leaves after hydra.sweeper.paused_wait_s) come back "
+            f"with python -m trainer.agent {sweep_id}, or the sweep command with "
+            f"hydra.sweeper.sweep_id={sweep_id}."
+        )
+    if verb == "stop":
+        return (
+            f"{head} No new run is handed out; {runs} finish, and whoever ends last writes "
+            "results.json; every agent then exits 0."
+        )
+    return (
+        f"{head} {runs} get SIGTERM {poll} (each saves its last.pt) and end cancelled; "
+        "nothing resumes them, and every agent exits 0."
+    )
+
+
+def steer(verb: str, sweep: str, runs: list[str], root: Path, storage: str | None) -> int:
+    """W&B's verbs on a sweep from any terminal (trainer.sweep.store.steering): pause, resume,
+    stop, cancel; `stop` given run ids stops those runs, and the sweep goes on."""
+    store, layout, sweep_id = _open(sweep, root, storage)
+    try:
+        if runs:
+            stopped = store.stop_runs(runs, sweep_id)
+            for run in stopped:
+                how = (
+                    f"gets SIGTERM within {steering.POLL_S:g} s (an agent's poll), saves its "
+                    "last.pt and ends stopped"
+                    if run.state == "running"
+                    else "was waiting to resume: stopped now"
+                )
+                print(f"sweep {sweep_id}: run {run.id} {how}; never resumed by itself")
+            print(f"sweep {sweep_id} goes on; stopped by {steering.who()}")
+            return 0
+        change = store.steer(verb, sweep_id, steering.who())
+        print(_steered(verb, change, store, sweep_id))
+        if verb in ("stop", "cancel") and not _going(store) and not store.live_agents():
+            leaderboard.write_final(store, sweep_id, layout)  # nobody is left to write it
+            print(f"wrote {_relative(layout.results)}")
+        return 0
+    finally:
+        store.close()
+
+
 def _elsewhere(root: Path, sweep_id: str, layout: SweepLayout) -> bool:
     """Whether the sweep lives in its own hydra.sweep.dir (linked from <root>/sweeps/<id>)."""
     home = SweepLayout.under(root, sweep_id).root
@@ -74,10 +140,14 @@ def _row(sweep_id: str, store: SweepStore) -> list[str]:
     goals = res.get("metrics") or [res["metric"] or {}]
     best = res["best"]
     front = res.get("pareto_front")
+    state = dispatch.sweep_state(str(store.get("state", "created")), store)
+    change = steering.Change.of(res["state_changed"])
+    if change is not None and state.split(" ")[0] == change.state:  # who steered it, when
+        state += f"\n{change.by}\n{change.when}"
     row = [
         sweep_id,
         str(res["method"]),
-        dispatch.sweep_state(str(store.get("state", "created")), store),
+        state,
         _run_count(res["runs"]),
         ", ".join(f"{g.get('name', '-')} ({g.get('goal', '-')})" for g in goals),
         f"{best['metric']:.4g} ({best['id']})" if best else "-",
@@ -148,9 +218,19 @@ def _common(parser: argparse.ArgumentParser, default: object = None) -> None:
         "--storage",
         default=default,
         help="a sweep database server (hydra.sweeper.storage), e.g. "
-        "postgresql://user@host:5432/db: ls lists its sweeps, show and watch read the sweep "
-        "there",
+        "postgresql://user@host:5432/db: ls lists its sweeps, the other commands act on the "
+        "sweep there",
     )
+
+
+VERB_HELP = {
+    "pause": "no new run is handed out; running runs go on; agents wait",
+    "resume": "undo a pause: agents claim runs again",
+    "stop": "no new run; running runs finish; the sweep ends stopped (with RUN ids: stop those "
+    "runs, as hyperband would, and the sweep goes on)",
+    "cancel": "running runs get SIGTERM now (last.pt saved) and end cancelled; the sweep ends "
+    "cancelled",
+}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -172,7 +252,15 @@ def _parser() -> argparse.ArgumentParser:
         "--every", type=float, default=5.0, help="seconds between progress lines (default 5)"
     )
     serving = dashboard.add_parser(sub)
-    for child in (listing, show_parser, watch_parser, serving):
+    verbs = []
+    for verb, what in VERB_HELP.items():
+        verbs.append(sub.add_parser(verb, help=what))
+        verbs[-1].add_argument("sweep", help="a sweep id (see ls) or a sweep directory")
+        if verb == "stop":
+            verbs[-1].add_argument(
+                "runs", nargs="*", metavar="RUN", help="stop only these runs; the sweep goes on"
+            )
+    for child in (listing, show_parser, watch_parser, serving, *verbs):
         _common(child, argparse.SUPPRESS)  # after the subcommand too, without resetting
     return parser
 
@@ -187,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         return ls(root) if args.storage is None else ls_storage(args.storage)
     if args.command == "watch":
         return watch(_open(args.sweep, root, args.storage), args.every)
+    if args.command in steering.VERBS:
+        return steer(args.command, args.sweep, getattr(args, "runs", []), root, args.storage)
     return show(args.sweep, root, args.storage)
 
 

@@ -4,6 +4,7 @@ its directory, the offline twin of `wandb agent`."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -63,6 +64,15 @@ def _parser() -> argparse.ArgumentParser:
         "sweep's hydra.sweeper.devices); never one that another agent's trial holds",
     )
     parser.add_argument(
+        "--paused-wait",
+        type=float,
+        default=None,
+        metavar="S",
+        help="on a paused sweep, wait at most S seconds, then exit 0 (default: inside a SLURM "
+        f"job {RunnerConf.paused_wait_s:g}, hydra.sweeper.paused_wait_s's default, so the "
+        "allocation does not idle; elsewhere until the sweep is resumed)",
+    )
+    parser.add_argument(
         "--no-report",
         action="store_true",
         help="do not print the leaderboard at the end (results.json and best.yaml are still "
@@ -99,6 +109,14 @@ def _sweep(sweep: str, storage: str | None, root: Path) -> tuple[SweepLayout, Sw
     return layout, open_sweep(storage, sweep_id, layout.root)
 
 
+def _paused_wait(given: float | None) -> float | None:
+    """How long the agent waits on a paused sweep: --paused-wait; inside a SLURM job the
+    sweeper's default; else until it is resumed (None)."""
+    if given is not None:
+        return given
+    return RunnerConf.paused_wait_s if os.environ.get("SLURM_JOB_ID") else None
+
+
 @exit_on_error
 def main(argv: list[str] | None = None) -> int:
     """The agent."""
@@ -118,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         max_consecutive_failures=args.max_consecutive_failures,
         cpus_per_trial=args.cpus_per_trial,
         devices=devices,
+        paused_wait_s=_paused_wait(args.paused_wait),
     )
     try:
         return agent.run(args.count)

@@ -23,6 +23,7 @@ from trainer.sweep.report import leaderboard
 from trainer.sweep.report.watch import LiveStatus
 from trainer.sweep.search import dispatch
 from trainer.sweep.search.repeats import Repeats
+from trainer.sweep.store import steering
 from trainer.sweep.store.database import SweepStore
 from trainer.sweep.store.directory import (
     SweepLayout,
@@ -206,7 +207,7 @@ def run_sweep(
     else:
         sweep_id, layout, store = _reopen(sweep_id, root, directory, storage)
         _same_repeats(sweep_id, store, repeats)
-    store.set("state", "running")
+    _start(store, sweep_id)
     store.set("max_retries", options.max_retries)  # how often a lost run is handed out again
     if devices is not None:  # the GPUs its agents hand out (gpu_slots), this command's choice
         store.set("devices", devices.to_dict())
@@ -218,6 +219,7 @@ def run_sweep(
     n = max(agent_count(options.agents, devices), 1)  # agent i of n takes slot i of the CPUs
     envs = [agent_env(root, i, n, options.cpus_per_trial) for i in range(n)]
     if hooks.start_agents is not None:  # no password in a job's files: PGPASSWORD or ~/.pgpass
+        argv += ["--paused-wait", str(options.paused_wait_s)]  # a job leaves a paused sweep
         jobs = [AgentJob(argv, env_added(env), os.getcwd()) for env in envs]
         codes = hooks.start_agents(jobs, layout.root / JOB_DIR)
     else:
@@ -227,6 +229,22 @@ def run_sweep(
     res = _report(store, sweep_id, layout, codes, hint)
     store.close()
     return res
+
+
+def _start(store: SweepStore, sweep_id: str) -> None:
+    """The sweep runs, unless its owner paused, stopped or cancelled it: that state stands
+    (only `python -m trainer.sweep resume` undoes a pause), and its agents obey it."""
+    state, change = store.lifecycle()
+    if state not in steering.HALTED:
+        store.set("state", "running")
+        return
+    how = change.said() if change else state
+    then = (
+        f"its agents wait until python -m trainer.sweep resume {sweep_id}"
+        if state == steering.PAUSED
+        else "no new run starts; its agents exit at once"
+    )
+    print(f"sweep {sweep_id}: {how}: {then}", flush=True)
 
 
 def _report(
@@ -241,14 +259,24 @@ def _report(
     running = [r for r in store.runs() if r.state in ("running", "preempted")]
     state = "failed" if gave_up else ("running" if running else "finished")
     state = "interrupted" if interrupted and not gave_up else state
-    shown = dispatch.sweep_state(state, store)
-    store.set("state", shown.split(" ")[0])
+    steered = store.lifecycle()[0]
+    if steered in steering.HALTED:  # its owner's state stands (paused, stopped, cancelled)
+        shown = steered
+    else:
+        shown = dispatch.sweep_state(state, store)
+        store.set("state", shown.split(" ")[0])
     res = leaderboard.write_final(store, sweep_id, layout)
     res["agent_exit_codes"] = codes
     res["to_resume"] = [r.id for r in running if r.state == "preempted"]  # no agent took them
     leaderboard.print_leaderboard(res)
-    if shown.startswith("stopped"):
+    if shown.startswith("stopped") and steered not in steering.HALTED:
         print(runs_left(sweep_id, shown, hint), flush=True)
+    if steered == steering.PAUSED:
+        print(
+            f"sweep {sweep_id} is paused; after python -m trainer.sweep resume {sweep_id}, go on "
+            f"with {hint}",
+            flush=True,
+        )
     return res
 
 

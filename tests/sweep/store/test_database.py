@@ -212,9 +212,9 @@ def test_one_run_reads_only_its_own_history_and_the_stop_flag(tmp_path):
     assert store.run("b").history == [{"loss": 2.0}]
     assert any("FROM metrics WHERE metrics.run_id IN" in s for s in statements), statements
     assert [r.history for r in store.runs()] == [[{"loss": 1.0}, {"loss": 0.5}], [{"loss": 2.0}]]
-    assert store.stop_requested("a") is False
+    assert store.stop_requested("a") == 0
     store.request_stop(["a"])
-    assert store.stop_requested("a") is True and store.run("a").stop_requested
+    assert store.stop_requested("a") == 1 and store.run("a").stop_requested
 
 
 @pytest.mark.slow

@@ -23,15 +23,17 @@ from trainer.sweep.agents.launched import WARNING_SIGNALS, ended_by_cluster
 from trainer.sweep.agents.trial_start import Trial, TrialStarter
 from trainer.sweep.definition.command import expand_trial_command
 from trainer.sweep.search import dispatch, pbt_policy
+from trainer.sweep.store import steering
 from trainer.sweep.store.database import RunRecord, SweepStore
 from trainer.sweep.store.directory import SweepLayout, sweep_id_of
 from trainer.sweep.store.opening import open_store
-from trainer.sweep.store.records import BUSY
+from trainer.sweep.store.records import BUSY, STOPPED_AS
 from trainer.trial.pbt_files import Settings as PbtSettings
 from trainer.trial.trial_params import wandb_agent_env
 
 POLL_S = 0.25  # how often a running trial's metrics, stop flag and exit are checked
-HEARTBEAT_S = 2.0  # how often the store hears that a run's agent is alive
+# how often the store hears that a run's agent is alive (and the agent, its owner's stop)
+HEARTBEAT_S = steering.POLL_S
 KILL_DELAY_S = 30.0  # SIGKILL a stopped run that has not exited this long after SIGTERM
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # forwarded to the running trial
 # A cluster's warning before a time limit or preemption (SLURM's --signal; submitit sends
@@ -43,6 +45,9 @@ DEVICE_WAIT_S = 0.5  # how often an agent whose devices are all taken looks agai
 # How often an agent with no run to take looks again while other agents' runs go on (one of
 # them may be lost with its agent, job or host, and is then resumed here).
 OTHERS_WAIT_S = 2.0
+# How often an agent looks again at a sweep its owner paused (python -m trainer.sweep pause);
+# a running run hears its owner's stop or cancel at its heartbeat (HEARTBEAT_S).
+PAUSED_POLL_S = steering.POLL_S
 
 
 def _tail(path: Path, lines: int = TAIL_LINES) -> str:
@@ -141,8 +146,13 @@ class LocalAgent:
         cpus_per_trial: int | None = None,
         devices: list[str] | None = None,
         store: SweepStore | None = None,
+        paused_wait_s: float | None = None,
     ) -> None:
+        """`paused_wait_s`: how long it waits on a paused sweep before it exits 0 (an agent in
+        a launcher job: hydra.sweeper.paused_wait_s); None: until the sweep is resumed."""
         self.layout = layout
+        self.paused_wait_s = paused_wait_s
+        self._paused_since: float | None = None  # when it found the sweep paused (monotonic)
         # the sweep's store: given (python -m trainer.agent --storage), else the one its
         # directory keeps or records (trainer.sweep.store.opening)
         self.store = store if store is not None else open_store(layout.root)
@@ -217,11 +227,16 @@ class LocalAgent:
         done, waited, waiting = 0, False, False
         failures: list[RunRecord] = []
         while self.signum is None and (count is None or done < count):
+            obeyed = self._obey_owner(done)  # paused: wait; stopped, cancelled: exit
+            if obeyed == "exit":
+                return 0
+            if obeyed == "wait":
+                continue
             run = self.engine.claim(
                 agent_pid=os.getpid(),
                 rerun_crashed=self.rerun_crashed,
                 pool=self.pool,
-                stop=lambda: self.signum is not None,
+                stop=lambda: self.signum is not None or self._halted(),
             )
             if run is BUSY:  # every device it may use runs a trial: wait for one to end
                 if not waited:
@@ -232,6 +247,8 @@ class LocalAgent:
             waited = False
             if run is None and self.signum is not None:  # stopped while waiting for a run
                 return 128 + self.signum
+            if run is None and self._halted():  # paused, stopped or cancelled meanwhile
+                continue
             if run is None and self._others_go_on(waiting):
                 waiting = True
                 continue
@@ -263,6 +280,58 @@ class LocalAgent:
             else:
                 failures = []
         return 0
+
+    def _obey_owner(self, done: int) -> str:
+        """Before a claim, what its owner's state of the sweep says: `claim`; `wait` (paused,
+        one poll waited); `exit` (stopped or cancelled, or paused for `paused_wait_s`)."""
+        state, change = self.store.lifecycle()
+        if state == steering.PAUSED:
+            self._paused_since = self._paused(change, self._paused_since)
+            return "wait" if self._paused_since is not None else "exit"
+        if self._paused_since is not None:
+            print(f"agent: sweep {self.sweep_id} resumed; claiming runs again", flush=True)
+            self._paused_since = None
+        if state in steering.HALTED:  # stopped or cancelled by its owner
+            print(
+                f"agent: sweep {self.sweep_id} was {change.said() if change else state}: "
+                f"no new run; exiting ({done} run(s) by this agent)",
+                flush=True,
+            )
+            return "exit"
+        return "claim"
+
+    def _halted(self) -> bool:
+        """Whether its owner has paused, stopped or cancelled the sweep."""
+        return self.store.lifecycle()[0] in steering.HALTED
+
+    def _paused(self, change: steering.Change | None, since: float | None) -> float | None:
+        """One poll of a paused sweep: say so once, keep its CPU slot alive, wait PAUSED_POLL_S.
+        Returns when it started waiting, or None once it has waited `paused_wait_s` (an agent
+        in a launcher job leaves rather than hold its allocation idle)."""
+        now = time.monotonic()
+        how = change.said() if change else "paused"
+        resume = f"python -m trainer.sweep resume {self.sweep_id}"
+        if since is None:
+            limit = "" if self.paused_wait_s is None else f" (at most {self.paused_wait_s:g} s)"
+            print(
+                f"agent: sweep {self.sweep_id} is {how}: no new run; waiting{limit} for {resume}",
+                flush=True,
+            )
+            since = now
+        elif self.paused_wait_s is not None and now - since >= self.paused_wait_s:
+            print(
+                f"agent: sweep {self.sweep_id} is still {how} after {self.paused_wait_s:g} s "
+                "(hydra.sweeper.paused_wait_s); exiting so this job holds no idle allocation. "
+                f"After {resume}, bring agents back with python -m trainer.agent {self.sweep_id} "
+                "(or the sweep command with hydra.sweeper.sweep_id)",
+                flush=True,
+            )
+            return None
+        self.store.beat_agent(os.getpid())
+        deadline = now + PAUSED_POLL_S
+        while self.signum is None and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        return since
 
     def _others_go_on(self, said: bool) -> bool:
         """With no run to take: whether other agents' runs still go on. The agent then waits a
@@ -329,11 +398,12 @@ class LocalAgent:
 
     def _record(self, run: RunRecord, code: int, summary: Any, log_path: Path) -> str:
         """Record how the trial of `run` ended (exit `code`); return its state."""
+        asked = self.store.stop_requested(run.id)  # by its engine, its owner, or a cancel
         state = _final_state(
             code,
-            self.store.stop_requested(run.id),
+            bool(asked),
             self.signum is not None,
-            self.engine.stopped_state,
+            STOPPED_AS.get(asked, self.engine.stopped_state),
             preempted=ended_by_cluster(self.signum),
         )
         held = self.store.update_held(
@@ -359,8 +429,10 @@ class LocalAgent:
 
     def _watch(self, run_id: str, proc: Trial, metrics_path: Path) -> int:
         """Feed metrics.jsonl into the store as it grows; answer a PBT member's reports; SIGTERM
-        the run when its engine stops it (hyperband, or a scheduler optimizer's pruner)."""
+        the run when its engine stops it (hyperband, or a scheduler optimizer's pruner), or its
+        owner does (a stop of the run, or the sweep's cancel: heard at the heartbeat)."""
         offset, epochs, sigterm_at, beat = 0, 0, None, time.monotonic()
+        asked = 0  # who asked the run to stop, as the heartbeat read it (records.STOP_BY_*)
         while True:
             code = proc.poll()
             offset, epochs = self._read_metrics(run_id, metrics_path, offset, epochs)
@@ -369,9 +441,14 @@ class LocalAgent:
             if self.pbt is not None:  # a PBT member waits for the answer to its report
                 pbt_policy.answer_reports(self.pbt, run_id)
             if time.monotonic() - beat > HEARTBEAT_S:
-                self.store.heartbeat(run_id)
+                asked = self.store.heartbeat(run_id)
                 beat = time.monotonic()
-            if sigterm_at is None and self.engine.should_stop(run_id):
+            if sigterm_at is None and asked in STOPPED_AS:
+                why = "its owner" if STOPPED_AS[asked] == "stopped" else "the sweep's cancel"
+                print(f"agent: {why} stops run {run_id} (SIGTERM)", flush=True)
+                proc.send_signal(signal.SIGTERM)
+                sigterm_at = time.monotonic()
+            elif sigterm_at is None and self.engine.should_stop(run_id):
                 reason = self.engine.stop_reason
                 print(f"agent: {reason} stops run {run_id} (SIGTERM)", flush=True)
                 proc.send_signal(signal.SIGTERM)

@@ -23,6 +23,7 @@ from trainer.sweep.report.plot import figure as figure
 from trainer.sweep.report.plot import plot as plot
 from trainer.sweep.search import classic, dispatch, pbt_policy
 from trainer.sweep.search import repeats as repeating
+from trainer.sweep.store import steering
 from trainer.sweep.store.database import RunRecord, SweepStore
 from trainer.sweep.store.directory import SweepLayout
 from trainer.trial.pbt_files import lineage_of
@@ -103,12 +104,16 @@ def results(
     multi = isinstance(config.get("metrics"), list)
     records = store.runs() if records is None else records
     runs = [_entry(r, goals, multi) for r in records if not r.superseded]
+    steered, change = store.lifecycle()
     res: dict[str, Any] = {
         "sweep_id": sweep_id,
         "backend": "local",
         "engine": dispatch.engine_name(config),  # which code decided the runs
         "method": config.get("method"),
         "metric": metric,
+        # its owner's pause, stop or cancel stands; else as its agents left it
+        "state": steered if steered in steering.HALTED else store.get("state", "created"),
+        "state_changed": change.to_dict() if change else None,  # {state, verb, by, at}
     }
     if multi:
         finished = {
@@ -408,6 +413,9 @@ def print_leaderboard(res: dict[str, Any], console: Console | None = None) -> No
             console.print(text, highlight=False, soft_wrap=True, markup=False)
     for e in res["runs"]:
         _print_retries(console, e)
+    change = steering.Change.of(res.get("state_changed"))
+    if change is not None:  # its owner steered it: how and when
+        console.print(f"sweep {res['sweep_id']}: {change.said()}", highlight=False)
     metric = res["metric"] or {}
     if "repeats" in res:
         return _print_repeats_end(res, console)

@@ -14,6 +14,7 @@ from rich.text import Text
 
 from trainer.sweep.report import leaderboard
 from trainer.sweep.search import dispatch
+from trainer.sweep.store import steering
 from trainer.sweep.store.database import RunRecord, SweepStore
 from trainer.sweep.store.directory import SweepLayout
 
@@ -48,6 +49,9 @@ def progress(res: dict[str, Any], runs: list[RunRecord]) -> list[str]:
     metric = (res.get("metric") or {}).get("name")
     best = res.get("best")
     lines = [f"sweep {res['sweep_id']}: {len(runs)} run(s): {said or 'none yet'}"]
+    change = steering.Change.of(res.get("state_changed"))
+    if change is not None and res.get("state") == change.state:  # its owner steered it
+        lines.append(f"  {change.said()}")
     if best is not None:
         lines.append(f"  best {metric}={best['metric']:.4g} ({best['id']})")
     for r in runs:

@@ -67,7 +67,7 @@ def to_sweep_run(run: RunRecord) -> wandb_sweeps.SweepRun:
         summary_metrics=run.history[-1] if run.history else {},
         search_info=run.search_info,
         stopped=run.state == "stopped",
-        should_stop=run.stop_requested,
+        should_stop=bool(run.stop_requested),
     )
 
 

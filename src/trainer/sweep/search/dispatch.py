@@ -13,6 +13,7 @@ from trainer.sweep.search.pbt_engine import PbtEngine
 from trainer.sweep.search.pbt_policy import is_pbt
 from trainer.sweep.search.repeats import Repeats, configurations, proposer
 from trainer.sweep.search.suggest.driver import SchedulerEngine
+from trainer.sweep.store import steering
 from trainer.sweep.store.database import RunRecord, SweepStore
 from trainer.sweep.store.directory import SweepLayout, new_id
 from trainer.sweep.store.records import Busy
@@ -89,7 +90,11 @@ def engine_name(config: dict) -> str:
 
 def sweep_state(stored: str, store: SweepStore) -> str:
     """The state `ls` shows (see classic.sweep_state); a scheduler-driven sweep is finished when
-    its optimizer said the search is over (or run_cap is reached) and nothing is queued."""
+    its optimizer said the search is over (or run_cap is reached) and nothing is queued. A
+    sweep its owner paused, stopped or cancelled (trainer.sweep.store.steering) is that."""
+    steered = store.lifecycle()[0]
+    if steered in steering.HALTED:
+        return steered
     config, runs = store.config, store.runs()
     if is_pbt(config) and stored in ("finished", "stopped"):
         live = [r for r in runs if not r.superseded]

@@ -25,10 +25,21 @@ from sqlalchemy.schema import CreateSchema
 
 from hydra_plugins.wandb_sweeper.config import RunnerConf
 from trainer.errors import TrainerError
+from trainer.sweep.store import steering
 from trainer.sweep.store import tables as t
 from trainer.sweep.store.liveness import STALE_S, Holder, kill_orphan
 from trainer.sweep.store.reconnect import retrying
-from trainer.sweep.store.records import BUSY, Busy, CpuSlot, RunRecord, to_json
+from trainer.sweep.store.records import (
+    BUSY,
+    STOP_BY_CANCEL,
+    STOP_BY_ENGINE,
+    STOP_BY_OWNER,
+    STOPPED_AS,
+    Busy,
+    CpuSlot,
+    RunRecord,
+    to_json,
+)
 from trainer.sweep.store.storage import READ, Storage, check, make_engine
 from trainer.sweep.store.upgrade import add_missing_columns
 
@@ -42,7 +53,7 @@ class DeviceChooser(Protocol):
     def choose(self, runs: list[RunRecord], params: dict[str, Any]) -> list[str] | None: ...
 
 
-TERMINAL = ("finished", "failed", "crashed", "stopped", "pruned")
+TERMINAL = ("finished", "failed", "crashed", "stopped", "pruned", "cancelled")
 JSON_COLUMNS = ("params", "search_info", "summary", "devices")
 UNSET = (
     "seq",
@@ -220,7 +231,7 @@ class SweepStore:
         for d in rows:
             for key in JSON_COLUMNS:
                 d[key] = None if d[key] is None else json.loads(d[key])
-            d["stop_requested"] = bool(d["stop_requested"])
+            d["stop_requested"] = int(d["stop_requested"])
             d["superseded"] = bool(d["superseded"])
             out.append(RunRecord(**d, history=hist.get(d["id"], [])))
         return out
@@ -239,13 +250,14 @@ class SweepStore:
         return found[0]
 
     @retrying
-    def stop_requested(self, run_id: str) -> bool:
-        """Whether the run is asked to stop (one column, for the agent's poll)."""
+    def stop_requested(self, run_id: str) -> int:
+        """Whether the run is asked to stop, and by whom (0: no; else records.STOP_BY_*: its
+        engine, its owner, the sweep's cancel); one column, for the agent's poll."""
         with self.reading() as db:
             row = db.execute(select(t.runs.c.stop_requested).where(t.runs.c.id == run_id)).first()
         if row is None:
             raise KeyError(f"no run {run_id!r} in sweep store {self.where}")
-        return bool(row[0])
+        return int(row[0])
 
     def claim(
         self,
@@ -288,11 +300,14 @@ class SweepStore:
                 self.claiming = None
 
     def _hand_out(self, db: Connection, claim: Claim) -> RunRecord | None | Busy:
-        """Inside the claim's transaction: the run handed out (None, BUSY)."""
+        """Inside the claim's transaction: the run handed out (None, BUSY). None while its owner
+        has paused, stopped or cancelled the sweep (the agent then reads why)."""
         self._mark_lost(db)  # a run lost with its agent goes back to the sweep first
-        runs = self._rows(db)
         agent, pool = claim.agent, claim.pool
         self._beat(db, agent, time.time())  # its CPU slot, if it holds one, stays its own
+        if self.lifecycle(db)[0] in steering.HALTED:
+            return None
+        runs = self._rows(db)
         if pool is not None and not pool.available(runs):
             return BUSY
         crashed = self._to_rerun(runs, claim.rerun_crashed)
@@ -391,14 +406,25 @@ class SweepStore:
             db.execute(update(t.runs).where(t.runs.c.id == run_id).values(heartbeat_at=time.time()))
 
     @retrying
-    def heartbeat(self, run_id: str) -> None:
-        """The run's agent lives: the run's heartbeat and its agent's CPU slot's."""
+    def heartbeat(self, run_id: str) -> int:
+        """The run's agent lives: the run's heartbeat and its agent's CPU slot's. Returns whether
+        the run is asked to stop, as `stop_requested` (read in the same transaction: the
+        agent's poll of its owner's stop and cancel costs no round trip of its own)."""
         now = time.time()
         slot = tuple_(t.agent_slots.c.host, t.agent_slots.c.pid)
         agent = select(t.runs.c.host, t.runs.c.agent_pid).where(t.runs.c.id == run_id)
         with self.transaction(serialize=False) as db:
             db.execute(update(t.runs).where(t.runs.c.id == run_id).values(heartbeat_at=now))
             db.execute(update(t.agent_slots).where(slot.in_(agent)).values(heartbeat_at=now))
+            asked = db.execute(select(t.runs.c.stop_requested).where(t.runs.c.id == run_id))
+            return int(asked.scalar() or 0)
+
+    @retrying
+    def beat_agent(self, agent_pid: int) -> None:
+        """An agent of this host that holds no run lives (it waits on a paused sweep): its CPU
+        slot's heartbeat, so no other agent takes its cores."""
+        with self.transaction(serialize=False) as db:
+            self._beat(db, Holder.of(agent_pid), time.time())
 
     @retrying
     def request_stop(self, run_ids: list[str]) -> None:
@@ -408,9 +434,11 @@ class SweepStore:
 
     @staticmethod
     def ask_to_stop(db: Connection, run_id: str) -> None:
-        """Inside a transaction: ask `run_id`, if it still runs, to stop."""
-        running = (t.runs.c.id == run_id) & (t.runs.c.state == "running")
-        db.execute(update(t.runs).where(running).values(stop_requested=1))
+        """Inside a transaction: its engine asks `run_id`, if it still runs and nobody asked
+        yet, to stop."""
+        r = t.runs.c
+        running = (r.id == run_id) & (r.state == "running") & (r.stop_requested == 0)
+        db.execute(update(t.runs).where(running).values(stop_requested=STOP_BY_ENGINE))
 
     @retrying
     def mark_lost_runs(self, stale_s: float = STALE_S) -> list[str]:
@@ -433,6 +461,8 @@ class SweepStore:
             if agent.is_me or (agent.alive(stale_s, now) and not agent.silent(stale_s, now)):
                 continue
             values = dict(_lost(r, limit, stale_s), ended_at=now, pid=None)
+            if r.stop_requested in STOPPED_AS:  # its owner stopped it, or cancelled the sweep
+                values.update(state=STOPPED_AS[r.stop_requested], log_tail=None)
             db.execute(update(t.runs).where(t.runs.c.id == r.id).values(**values))
             lost.append(r.id)
             kill_orphan(r.pid, r.id, r.host)
@@ -494,3 +524,67 @@ class SweepStore:
         s = t.agent_slots.c
         mine = (s.host == agent.host) & (s.pid == agent.pid)
         db.execute(update(t.agent_slots).where(mine).values(heartbeat_at=now))
+
+    # the sweep's lifecycle, as its owner steers it (trainer.sweep.store.steering) --------------
+    @retrying
+    def lifecycle(self, db: Connection | None = None) -> tuple[str, steering.Change | None]:
+        """The state the owner's verbs act on (steering.lifecycle) and its last change."""
+        if db is None:
+            with self.reading() as db:
+                return self.lifecycle(db)
+        change = steering.Change.of(self.get(steering.STEERED_KEY, None, db))
+        return steering.lifecycle(self.get("state", None, db), change), change
+
+    @retrying
+    def steer(self, verb: str, sweep_id: str, by: str, now: float | None = None) -> steering.Change:
+        """Apply `verb` (pause, resume, stop, cancel) to the sweep in one transaction: its new
+        state and who changed it when; `cancel` also asks every running run to stop now (its
+        agent sends SIGTERM at its next poll) and ends the runs waiting to resume. SteerError,
+        nothing changed, when the verb does not apply."""
+        with self.transaction() as db:
+            state, change = self.lifecycle(db)
+            after = steering.next_state(verb, state, change, sweep_id)
+            done = steering.Change(after, verb, by, time.time() if now is None else now)
+            self.set("state", after, db)
+            self.set(steering.STEERED_KEY, done.to_dict(), db)
+            if verb == "cancel":
+                self._end_runs(db, self._going(db), STOP_BY_CANCEL)
+        return done
+
+    @retrying
+    def stop_runs(self, run_ids: list[str], sweep_id: str) -> list[RunRecord]:
+        """Its owner stops these runs, as hyperband would: a running one is asked to stop (its
+        agent sends SIGTERM at its next poll; `last.pt` kept; it ends `stopped`), one waiting
+        to resume ends `stopped` now; neither is handed out again by itself. SteerError,
+        nothing changed, for an unknown run or one that has ended. The runs, as they were."""
+        with self.transaction() as db:
+            runs = [r for r in self._rows(db) if not r.superseded]
+            by_id = {r.id: r for r in runs}
+            problem = steering.unknown_runs(run_ids, list(by_id), sweep_id)
+            if problem is None:
+                going = ("running", "preempted")
+                ended = {i: by_id[i].state for i in run_ids if by_id[i].state not in going}
+                problem = steering.ended_runs(ended, sweep_id)
+            if problem is not None:
+                raise steering.SteerError(problem)
+            self._end_runs(db, run_ids, STOP_BY_OWNER)
+        return [by_id[i] for i in run_ids]
+
+    @staticmethod
+    def _going(db: Connection) -> list[str]:
+        """Inside a transaction: the ids of the runs that train or wait to resume."""
+        r = t.runs.c
+        going = r.state.in_(("running", "preempted")) & (r.superseded == 0)
+        return list(db.execute(select(r.id).where(going)).scalars())
+
+    @staticmethod
+    def _end_runs(db: Connection, run_ids: list[str], code: int) -> None:
+        """Inside a transaction: ask the running ones of `run_ids` to stop (`code`: who asks);
+        end the ones waiting to resume at once, in the state `code` gives."""
+        r = t.runs.c
+        for run_id in run_ids:
+            running = (r.id == run_id) & (r.state == "running")
+            db.execute(update(t.runs).where(running).values(stop_requested=code))
+            waiting = (r.id == run_id) & (r.state == "preempted")
+            ended = dict(state=STOPPED_AS[code], stop_requested=code, ended_at=time.time())
+            db.execute(update(t.runs).where(waiting).values(**ended))

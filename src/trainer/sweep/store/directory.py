@@ -7,6 +7,7 @@ the cache's: BundleLayout.kept_in)."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import secrets
@@ -137,6 +138,8 @@ class UnknownSweep(TrainerError):
             if ids
             else "there are no local sweeps there"
         )
+        close = difflib.get_close_matches(str(value), ids, n=1)
+        listing = f"did you mean {close[0]}? {listing}" if close else listing
         super().__init__(
             f"{key}={value}: no local sweep {value!r} under {sweeps}, nor a sweep directory "
             f"(one holding sweep.db or storage.yaml) at that path; {listing} (list them with python -m "

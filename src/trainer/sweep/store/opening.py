@@ -6,6 +6,7 @@ it, so that `python -m trainer.agent <dir or id>` finds the database too."""
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 from sqlalchemy import inspect
@@ -75,8 +76,10 @@ def open_sweep(storage: str, sweep_id: str, sweep_dir: str | Path) -> SweepStore
     names = sweep_ids(storage)
     if schema_of(sweep_id)[len(PREFIX) :] not in names:
         listing = ", ".join(names) if names else "none"
+        close = difflib.get_close_matches(sweep_id, names, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
         raise TrainerError(
-            f"--storage {shown(storage)}: no sweep {sweep_id!r} in that database (its sweeps: "
+            f"--storage {shown(storage)}: no sweep {sweep_id!r} in that database ({hint}its sweeps: "
             f"{listing}; list them with python -m trainer.sweep ls --storage URL)."
         )
     return open_store(sweep_dir, storage, sweep_id)

@@ -29,7 +29,7 @@ class RunRecord:
     exit_code: int | None = None
     log_tail: str | None = None
     summary: dict | None = None
-    stop_requested: bool = False
+    stop_requested: int = 0  # asked to stop, and by whom: 0 no, else a STOP_BY_* code (below)
     rerun_of: str | None = None
     superseded: bool = False
     created_at: float = 0.0
@@ -68,6 +68,12 @@ class RunRecord:
             return None
         end = self.ended_at if self.ended_at is not None else time.time()
         return end - self.started_at
+
+
+# Who asked a run to stop (`runs.stop_requested`): its engine (hyperband, a pruner), its owner
+# (`python -m trainer.sweep stop SWEEP RUN`), or the sweep's `cancel`; the state each ends in.
+STOP_BY_ENGINE, STOP_BY_OWNER, STOP_BY_CANCEL = 1, 2, 3
+STOPPED_AS = {STOP_BY_OWNER: "stopped", STOP_BY_CANCEL: "cancelled"}
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,9 @@ from trainer.sweep.search.custom_method import LIBRARY, OPTIMIZER_ENGINES, engin
 _NULL = logging.getLogger("trainer.sweep.scheduler.silent")
 _NULL.addHandler(logging.NullHandler())
 _NULL.propagate = False
-# Store states W&B's RunState names otherwise (the rest are the same word): stopped/pruned: killed.
-RUN_STATE = {"queued": "PENDING", "stopped": "KILLED", "pruned": "KILLED"}
+# Store states W&B's RunState names otherwise (the rest are the same word): stopped, pruned and
+# cancelled (by the sweep's owner): killed.
+RUN_STATE = {"queued": "PENDING", "stopped": "KILLED", "pruned": "KILLED", "cancelled": "KILLED"}
 
 
 def run_state(state: str) -> Any:
