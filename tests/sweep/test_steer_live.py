@@ -65,6 +65,7 @@ def test_pause_holds_new_runs_until_resume_and_stop_ends_one_run(tmp_path):
     assert [r.id for r in store.runs()] == [long_run.id, short_run.id]
     assert store.run(long_run.id).state == "running"  # a running run goes on while paused
 
+    asked_at = time.time()
     assert sweep_cli(["--root", str(tmp_path), "stop", sweep_id, long_run.id]) == 0
 
     def long_stopped():
@@ -74,6 +75,9 @@ def test_pause_holds_new_runs_until_resume_and_stop_ends_one_run(tmp_path):
     _until(long_stopped, 30.0)
     run = store.run(long_run.id)
     assert RunLayout(Path(run.run_dir)).last.is_file() and run.exit_code in (0, 143)
+    took = run.ended_at - asked_at  # the agent's poll, SIGTERM, the trial's save and exit
+    print(f"stop {long_run.id}: ended {took:.1f} s after the command")
+    assert took < steering.POLL_S + 15.0
     time.sleep(POLLS)
     assert len(store.runs()) == 2 and store.lifecycle()[0] == "paused"
 

@@ -27,7 +27,7 @@ from trainer.sweep.store import steering
 from trainer.sweep.store.database import RunRecord, SweepStore
 from trainer.sweep.store.directory import SweepLayout, sweep_id_of
 from trainer.sweep.store.opening import open_store
-from trainer.sweep.store.records import BUSY, STOPPED_AS
+from trainer.sweep.store.records import BUSY, STOP_BY_CANCEL, STOP_BY_OWNER, STOPPED_AS
 from trainer.trial.pbt_files import Settings as PbtSettings
 from trainer.trial.trial_params import wandb_agent_env
 
@@ -48,6 +48,7 @@ OTHERS_WAIT_S = 2.0
 # How often an agent looks again at a sweep its owner paused (python -m trainer.sweep pause);
 # a running run hears its owner's stop or cancel at its heartbeat (HEARTBEAT_S).
 PAUSED_POLL_S = steering.POLL_S
+STOPPED_BY = {STOP_BY_OWNER: "its owner", STOP_BY_CANCEL: "the sweep's cancel"}  # who stops a run
 
 
 def _tail(path: Path, lines: int = TAIL_LINES) -> str:
@@ -443,14 +444,10 @@ class LocalAgent:
             if time.monotonic() - beat > HEARTBEAT_S:
                 asked = self.store.heartbeat(run_id)
                 beat = time.monotonic()
-            if sigterm_at is None and asked in STOPPED_AS:
-                why = "its owner" if STOPPED_AS[asked] == "stopped" else "the sweep's cancel"
+            if sigterm_at is None and (asked in STOPPED_AS or self.engine.should_stop(run_id)):
+                asked = asked or self.store.stop_requested(run_id)  # who: the engine, or not
+                why = STOPPED_BY.get(asked, self.engine.stop_reason)
                 print(f"agent: {why} stops run {run_id} (SIGTERM)", flush=True)
-                proc.send_signal(signal.SIGTERM)
-                sigterm_at = time.monotonic()
-            elif sigterm_at is None and self.engine.should_stop(run_id):
-                reason = self.engine.stop_reason
-                print(f"agent: {reason} stops run {run_id} (SIGTERM)", flush=True)
                 proc.send_signal(signal.SIGTERM)
                 sigterm_at = time.monotonic()
             elif sigterm_at is not None and time.monotonic() - sigterm_at > KILL_DELAY_S:
