@@ -7,9 +7,14 @@ import json
 
 import pytest
 
+from hydra_plugins.wandb_sweeper.config import RunnerConf
+from trainer.sweep import agent_cli
 from trainer.sweep.__main__ import main as sweep_cli
 from trainer.sweep.agents import local_agent
-from trainer.sweep.local import _start
+from trainer.sweep.agents.launched import AgentJob
+from trainer.sweep.agents.local_agent import LocalAgent
+from trainer.sweep.local import _start, run_sweep
+from trainer.sweep.options import AgentHooks, SweepOptions
 from trainer.sweep.store import steering
 from trainer.sweep.store.database import SweepStore
 from trainer.sweep.store.directory import SweepLayout
@@ -147,3 +152,43 @@ def test_agents_find_who_stopped_in_the_store(sweep):
     store.steer("stop", "s1", "ada@node1", now=0.0)
     state, change = SweepStore(store.path).lifecycle()
     assert state == "stopped" and change.said() == "stopped by ada@node1 at 1970-01-01 00:00:00 UTC"
+
+
+def test_an_agent_on_a_paused_sweep_waits_then_leaves_after_paused_wait(sweep, capsys, monkeypatch):
+    root, store = sweep
+    monkeypatch.setattr(local_agent, "PAUSED_POLL_S", 0.01)
+    agent = LocalAgent(
+        SweepLayout.under(root, "s1"),
+        rerun_crashed=False,
+        max_consecutive_failures=5,
+        paused_wait_s=0.0,
+    )
+    store.steer("pause", "s1", "ada@node1")
+    assert agent._obey_owner(0) == "wait"  # says so once, waits one poll
+    assert "is paused by ada@node1" in capsys.readouterr().out
+    assert agent._obey_owner(0) == "exit"  # waited paused_wait_s: a job leaves
+    assert "python -m trainer.agent s1" in capsys.readouterr().out
+    store.steer("stop", "s1", "ada@node1")
+    agent.paused_wait_s, agent._paused_since = None, None
+    assert agent._obey_owner(3) == "exit"
+    assert "was stopped by ada@node1" in capsys.readouterr().out
+    agent.engine.close()
+
+
+def test_an_agent_in_a_slurm_job_waits_the_sweepers_default(monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert agent_cli._paused_wait(None) is None and agent_cli._paused_wait(5.0) == 5.0
+    monkeypatch.setenv("SLURM_JOB_ID", "123")
+    assert agent_cli._paused_wait(None) == RunnerConf.paused_wait_s
+
+
+def test_the_sweep_command_tells_its_launcher_jobs_how_long_to_wait(tmp_path):
+    started: list[AgentJob] = []
+
+    def start_agents(jobs, _folder):
+        started.extend(jobs)
+        return [0] * len(jobs)
+
+    options = SweepOptions(agents=1, paused_wait_s=42.0)
+    run_sweep(CONFIG, options, root=tmp_path, hooks=AgentHooks(start_agents=start_agents))
+    assert started[0].argv[-2:] == ["--paused-wait", "42.0"]
