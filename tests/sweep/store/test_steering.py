@@ -1,6 +1,7 @@
 """The sweep's lifecycle in its store (W&B's pause, resume, stop, cancel; stop one run): every
 verb from every state, on SQLite (fast) and PostgreSQL (slow); a refused verb changes nothing;
-a halted sweep hands out no run, and no cancelled or stopped run is handed out again."""
+a halted sweep hands out no run, no cancelled or stopped run is handed out again, and the
+verbs reach a PostgreSQL-kept sweep from a machine without its directory."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import uuid
 
 import pytest
 
+from trainer.sweep.__main__ import main as sweep_cli
 from trainer.sweep.store import steering
 from trainer.sweep.store.database import SweepStore
 from trainer.sweep.store.opening import open_store
@@ -168,3 +170,26 @@ def test_a_sweep_whose_agents_took_their_count_is_not_stopped_by_its_owner(store
     store.set("state", "stopped")  # `stopped (3/6 runs)`: agents may join it again
     assert store.lifecycle()[0] == "running"
     assert store.steer("pause", "s1", BY).state == "paused"
+
+
+@pytest.mark.slow
+def test_the_verbs_act_on_a_sweep_kept_in_postgresql_from_another_machine(
+    postgres, tmp_path, capsys
+):
+    url, sweep_id = postgres.url(), "pg" + uuid.uuid4().hex[:8]
+    store = open_store(tmp_path / "host-a", url, sweep_id)
+    store.set("config", CONFIG)
+    store.set("sweep_id", sweep_id)
+    run = _claim(store)
+    elsewhere = ["--root", str(tmp_path / "host-b"), "--storage", url]  # no directory there
+    assert sweep_cli(["pause", sweep_id, *elsewhere]) == 0
+    assert store.lifecycle()[0] == "paused" and _claim(store) is None
+    assert sweep_cli([*elsewhere, "stop", sweep_id, run.id]) == 0
+    assert store.stop_requested(run.id) == STOP_BY_OWNER
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        sweep_cli(["resume", sweep_id + "x", *elsewhere])
+    assert done.value.code == 2
+    assert f"did you mean {sweep_id}?" in capsys.readouterr().err
+    assert store.lifecycle()[0] == "paused"
+    store.close()
