@@ -1020,7 +1020,9 @@ def test_the_readme_names_the_test_commands():
         "`python -m pytest` runs the fast set (at most 5 minutes on 2 CPU cores; tests marked"
         in text
     )
-    assert "`python -m pytest --slow` runs everything, as CI does (`.ci/run`, on Python 3.11)" in text
+    assert (
+        "`python -m pytest --slow` runs everything, as CI does (`.ci/run`, on Python 3.11)" in text
+    )
 
 
 def test_a_group_file_of_ones_own_inherits_the_schema(tmp_path):
