@@ -62,6 +62,7 @@ starts with that many finished runs, each with its per-epoch history rows, inser
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import json
 import os
@@ -582,10 +583,19 @@ def markdown(rounds: list[dict], meta: dict) -> str:
         "",
         *table([_row(r) for r in rounds], HEAD),
     ]
-    errors = [e for r in rounds for e in r["errors"]]
+    errors = [_error_line(r, e) for r in rounds for e in r["errors"]]
     if errors:
-        lines += ["", "Errors in the agents: " + "; ".join(errors[:5])]
+        counted = collections.Counter(errors)
+        lines += ["", "Errors in the agents (an agent stops at its first):"]
+        lines += [f"- {n} x {text}" for text, n in counted.most_common()]
     return "\n".join(lines) + "\n"
+
+
+def _error_line(round_: dict, error: str) -> str:
+    """One line for an agent's error: its round, and the error's first line (SQLAlchemy adds the
+    statement and a link below it)."""
+    where = f"{round_['backend']}, {round_['agents']} agents, {round_['finished_rows']:,} finished"
+    return f"{where}: {error.splitlines()[0]}"
 
 
 def _meta(args: argparse.Namespace, server: dict) -> dict[str, Any]:
