@@ -14,6 +14,7 @@ from trainer.errors import TrainerError
 from trainer.sweep.report.dashboard import figures, snapshot
 from trainer.sweep.report.dashboard.importance import importances
 from trainer.sweep.search import dispatch
+from trainer.sweep.store import steering
 from trainer.sweep.store.database import SweepStore
 from trainer.sweep.store.directory import SweepLayout, UnknownSweep, find, known, recorded
 from trainer.sweep.store.opening import open_reader, sweep_ids
@@ -21,20 +22,26 @@ from trainer.sweep.store.storage import shown
 
 
 class SweepPage:
-    """One sweep's page data, read afresh on every poll from its read-only store."""
+    """One sweep's page data, read afresh on every poll from its read-only store; `directory`
+    is the sweep's folder here (where --control's writer opens it and writes its results)."""
 
-    def __init__(self, sweep_id: str, store: SweepStore) -> None:
+    def __init__(self, sweep_id: str, store: SweepStore, directory: Path) -> None:
         self.sweep_id = sweep_id
         self.store = store
+        self.directory = directory
         self.lock = threading.Lock()  # one poll reads at a time; the memo below is shared
         self._key: tuple | None = None
         self._memo: dict[str, Any] = {}
 
     def view(self) -> dict[str, Any]:
         """snapshot.view with the sweep's state and parameter importance, recomputed only
-        when a run's state or epoch count (or the sweep's stored state) changed."""
+        when a run's state or epoch count (or the sweep's stored state) changed, and the state
+        its owner's verbs act on with the verbs that apply to it (the page's buttons)."""
         with self.lock:
             view = snapshot.view(self.store, self.sweep_id, self.store.where)
+            lifecycle = self.store.lifecycle()[0]
+            view["lifecycle"] = lifecycle
+            view["verbs"] = [v for v in steering.VERBS if lifecycle in steering.TRANSITIONS[v]]
             stored = str(self.store.get("state", "created"))
             key = (stored, tuple((r["id"], r["state"], r["epochs"]) for r in view["runs"]))
             if key != self._key:
@@ -62,21 +69,22 @@ class Catalog:
 
     def __post_init__(self) -> None:
         if self.only is not None:  # fail now, before serving, on a sweep that is not there
-            sweep_id, store = self._open(self.only)
-            self._pages[sweep_id] = SweepPage(sweep_id, store)
-            self.only = sweep_id
+            page = self._open(self.only)
+            self._pages[page.sweep_id] = page
+            self.only = page.sweep_id
 
     @property
     def where(self) -> str:
         """What the list shows as the sweeps' home (a server's URL without its password)."""
         return shown(self.storage) if self.storage else str(SweepLayout.sweeps_dir(self.root))
 
-    def _open(self, sweep: str) -> tuple[str, SweepStore]:
-        """(id, read-only store) of the sweep named `sweep` (an id, or a local directory)."""
+    def _open(self, sweep: str) -> SweepPage:
+        """The page of the sweep named `sweep` (an id, or a local directory), its store read
+        only."""
         if self.storage is None:
             layout = find("sweep", sweep, self.root)
             store = open_reader(layout.root)
-            return store.get("sweep_id") or layout.root.name, store
+            return SweepPage(store.get("sweep_id") or layout.root.name, store, layout.root)
         try:
             directory = find("sweep", sweep, self.root).root
         except UnknownSweep:
@@ -87,7 +95,7 @@ class Catalog:
                 f"--storage {shown(self.storage)}: no sweep {sweep_id!r} in that database; "
                 "list its sweeps with python -m trainer.sweep dashboard --storage URL"
             )
-        return sweep_id, open_reader(directory, self.storage, sweep_id)
+        return SweepPage(sweep_id, open_reader(directory, self.storage, sweep_id), directory)
 
     def ids(self) -> list[str]:
         """The sweeps served: the one named, else every sweep there now, oldest first."""
@@ -103,7 +111,7 @@ class Catalog:
             if sweep_id not in self._pages:
                 if sweep_id not in self.ids():
                     raise KeyError(sweep_id)
-                self._pages[sweep_id] = SweepPage(*self._open(sweep_id))
+                self._pages[sweep_id] = self._open(sweep_id)
             return self._pages[sweep_id]
 
     def listing(self) -> dict[str, Any]:
