@@ -18,6 +18,7 @@ from trainer.sweep.agents import cpu_share
 from trainer.sweep.agents.gpu_slots import DevicePlan, agent_count
 from trainer.sweep.agents.launched import JOB_DIR, AgentJob, env_added
 from trainer.sweep.agents.outcome import INTERRUPT_CODES
+from trainer.sweep.definition import drift
 from trainer.sweep.options import AgentHooks, SweepOptions
 from trainer.sweep.report import leaderboard
 from trainer.sweep.report.watch import LiveStatus
@@ -60,6 +61,8 @@ def _create(
     config: dict, root: Path, directory: Path | None, storage: str | None = None
 ) -> tuple[str, SweepLayout, SweepStore]:
     require_reachable(storage)  # a bad URL: the error now, and no sweep folder left behind
+    if directory is not None and SweepLayout(directory).exists():
+        _held_definition(config, SweepLayout(Path(directory).resolve()))
     sweep_id = new_id()
     layout = create(root, sweep_id, directory)
     store = open_store(layout.root, storage, sweep_id)
@@ -69,6 +72,33 @@ def _create(
     write_sweep_yaml(config, layout.yaml)
     print(f"sweep {sweep_id}: created {layout.root}", flush=True)
     return sweep_id, layout, store
+
+
+def _same_definition(
+    given: str, sweep_id: str, layout: SweepLayout, store: SweepStore, config: dict, new_sweep: str
+) -> None:
+    """The sweep command's definition is the sweep's own (drift.check: the difference key by
+    key and the ways on, exit 2). An empty `config` resumes with the stored one, unchecked."""
+    if config and store.config is not None:
+        drift.check(given, sweep_id, layout.yaml, store.config, config, new_sweep)
+
+
+def _held_definition(config: dict, layout: SweepLayout) -> None:
+    """hydra.sweep.dir already holds a sweep and no sweep_id was given: a different definition
+    is refused with its difference (the same one falls to create(), which says how to resume).
+    The directory says where its store is (sweep.db, or the server its storage.yaml names)."""
+    store = open_store(layout.root)
+    try:
+        _same_definition(
+            f"hydra.sweep.dir={layout.root}",
+            sweep_id_of(store, layout),
+            layout,
+            store,
+            config,
+            "set hydra.sweep.dir to a new directory",
+        )
+    finally:
+        store.close()
 
 
 def _same_repeats(sweep_id: str, store: SweepStore, asked: Repeats | None) -> None:
@@ -86,9 +116,14 @@ def _same_repeats(sweep_id: str, store: SweepStore, asked: Repeats | None) -> No
 
 
 def _reopen(
-    sweep_id: str, root: Path, directory: Path | None, storage: str | None = None
+    sweep_id: str,
+    root: Path,
+    directory: Path | None,
+    storage: str | None = None,
+    config: dict | None = None,
 ) -> tuple[str, SweepLayout, SweepStore]:
-    """The sweep to resume: the one in hydra.sweep.dir when that holds one, else found by id."""
+    """The sweep to resume: the one in hydra.sweep.dir when that holds one, else found by id;
+    with the same definition as `config` (drift.check), before anything in it changes."""
     if directory is not None and SweepLayout(directory).exists():
         layout = SweepLayout(Path(directory).resolve())
     else:
@@ -102,6 +137,19 @@ def _reopen(
             f"{found}; resume that one with hydra.sweeper.sweep_id={found}, or drop "
             "hydra.sweep.dir to find the sweep by its id."
         )
+    try:
+        _same_definition(
+            f"hydra.sweeper.sweep_id={sweep_id}",
+            found,
+            layout,
+            store,
+            config or {},
+            "drop hydra.sweeper.sweep_id"
+            + (" and set hydra.sweep.dir to a new directory" if directory is not None else ""),
+        )
+    except drift.DefinitionDrift:
+        store.close()
+        raise
     lost = store.mark_lost_runs()
     print(
         f"sweep {found}: resuming {layout.root}"
@@ -205,7 +253,7 @@ def run_sweep(
         if repeats is not None:  # kept with the sweep: agents that join later repeat too
             repeats.record(store)
     else:
-        sweep_id, layout, store = _reopen(sweep_id, root, directory, storage)
+        sweep_id, layout, store = _reopen(sweep_id, root, directory, storage, config)
         _same_repeats(sweep_id, store, repeats)
     _start(store, sweep_id)
     store.set("max_retries", options.max_retries)  # how often a lost run is handed out again

@@ -16,14 +16,21 @@ from typing import Any
 from urllib.parse import urlparse
 
 import wandb
+import yaml
 from wandb.errors import AuthenticationError
 
 from trainer.sweep.agents import cpu_share, gpu_slots
 from trainer.sweep.agents.gpu_slots import DevicePlan
 from trainer.sweep.agents.launched import FORWARDING, JOB_DIR, AgentJob, StartAgents, env_added
+from trainer.sweep.definition import drift
 from trainer.sweep.options import AgentHooks, SweepOptions
 from trainer.sweep.search.suggest.wandb_door import scheduler_command
-from trainer.sweep.store.directory import SweepLayout, write_sweep_yaml
+from trainer.sweep.store.directory import (
+    SweepLayout,
+    record_wandb,
+    wandb_view,
+    write_sweep_yaml,
+)
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 PROBE_TIMEOUT_S = 3.0
@@ -202,6 +209,31 @@ def _maybe_scheduler(
     return subprocess.Popen(command, env=env) if agents > 0 and created else None
 
 
+def _as_created(config: dict[str, Any], directory: Path | None) -> dict[str, Any]:
+    """The configuration a new sweep hands wandb.sweep: each trial in its run's directory."""
+    if not config.get("command"):  # W&B's default command runs a program
+        return config
+    return {**config, "command": resumable_trial_command(config["command"], directory)}
+
+
+def _same_definition(
+    config: dict[str, Any], sweep_id: str, layout: SweepLayout, directory: Path | None
+) -> None:
+    """Joining a sweep this machine created (its sweep.yaml here) with the command's definition
+    is refused when that differs from the sweep's (drift.check), before any key is looked for."""
+    if not layout.yaml.is_file():
+        return
+    created = yaml.safe_load(layout.yaml.read_text())
+    drift.check(
+        f"hydra.sweeper.sweep_id={sweep_id}",
+        sweep_id,
+        layout.yaml,
+        created,
+        wandb_view(_as_created(config, directory)),
+        "drop hydra.sweeper.sweep_id",
+    )
+
+
 def run_server_sweep(
     config: dict[str, Any],
     options: SweepOptions,
@@ -218,18 +250,21 @@ def run_server_sweep(
     runs before any agent starts (hydra.sweeper.prewarm)."""
     hooks = hooks or AgentHooks()
     project, entity, sweep_id = options.project, options.entity, options.sweep_id
+    if sweep_id is not None:
+        where = SweepLayout(directory) if directory else SweepLayout.under(root, sweep_id)
+        _same_definition(config, sweep_id, where, directory)
     preflight()
 
     created = sweep_id is None  # its creator runs the sweep's scheduler, joiners do not
     if created:
-        if config.get("command"):  # the trial command (W&B's default one runs a program)
-            config = {**config, "command": resumable_trial_command(config["command"], directory)}
+        config = _as_created(config, directory)
         sweep_id = wandb.sweep(config, project=project, entity=entity)
     layout = SweepLayout(directory) if directory else SweepLayout.under(root, sweep_id)
     if created:
         write_sweep_yaml(config, layout.yaml)
     entity = entity or wandb.Api().default_entity
     path = f"{entity}/{project}/{sweep_id}"
+    record_wandb(layout, path, base_url())  # `python -m trainer.sweep pause ID` reaches it
     slots = gpu_slots.fixed_slots(devices)
     _announce(sweep_id, path, slots)
     agents = gpu_slots.agent_count(options.agents, devices)

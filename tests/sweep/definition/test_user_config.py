@@ -146,8 +146,9 @@ def test_hydra_sweep_dir_holds_the_sweep_and_the_id_or_directory_finds_it(tmp_pa
     assert (target / "sweep.png").stat().st_size > 0
     assert sweep_cli(["show", str(target)]) == 0  # by directory
     assert f"sweep {sweep_id}" in capsys.readouterr().out
-    again = run_cli("sweep=lr_random", f"hydra.sweep.dir={target}", *CHEAP)
-    assert again.returncode == 2 and f"hydra.sweeper.sweep_id={sweep_id}" in again.stderr
+    again = run_cli("sweep=lr_random", f"hydra.sweep.dir={target}", *CHEAP)  # another search
+    assert again.returncode == 2 and "method: was grid, now random" in again.stderr
+    assert f"hydra.sweeper.warm_start={sweep_id}" in again.stderr
 
 
 def test_a_bad_fixed_compile_mode_is_refused_before_anything_launches(tmp_path):

@@ -56,6 +56,15 @@ class SweepLayout:
         return self.root / "sweep.yaml"
 
     @property
+    def wandb_sweep(self) -> Path:
+        """backend=wandb: the sweep's W&B path and server, so that its id or directory finds it."""
+        return self.root / "wandb_sweep.yaml"
+
+    def revision(self, number: int) -> Path:
+        """An earlier revision of sweep.yaml, kept when `extend` rewrote it: sweep.r1.yaml..."""
+        return self.root / f"sweep.r{number}.yaml"
+
+    @property
     def pbt(self) -> Path:
         """method: pbt: each member's reports, checkpoints per interval and lineage."""
         return self.root / "pbt"
@@ -124,6 +133,40 @@ def record_storage(layout: SweepLayout, url: str, sweep_id: str) -> None:
     if recorded(layout.root) != entry:
         layout.root.mkdir(parents=True, exist_ok=True)
         write_text_atomic(layout.storage, yaml.safe_dump(entry, sort_keys=False))
+
+
+def record_wandb(layout: SweepLayout, path: str, url: str) -> None:
+    """Record that the sweep of this directory lives on the W&B server of `url`, as
+    ENTITY/PROJECT/SWEEP_ID, so that `python -m trainer.sweep pause ID` reaches it."""
+    entry = {"path": path, "url": url}
+    if recorded_wandb(layout.root) != entry:
+        layout.root.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(layout.wandb_sweep, yaml.safe_dump(entry, sort_keys=False))
+
+
+def recorded_wandb(sweep_dir: str | Path) -> dict[str, str] | None:
+    """What a sweep directory records of its W&B sweep ({path, url}), if it is a W&B one."""
+    path = SweepLayout(Path(sweep_dir)).wandb_sweep
+    if not path.is_file():
+        return None
+    found = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(found, dict) or str(found.get("path", "")).count("/") != 2:
+        raise TrainerError(f"{path}: give path (ENTITY/PROJECT/SWEEP_ID) and url (the W&B server)")
+    return {"path": str(found["path"]), "url": str(found.get("url") or "")}
+
+
+def wandb_sweep(value: str, root: str | Path) -> dict[str, str] | None:
+    """The W&B sweep ({path, url}; url "" for the environment's) that `value` names: a sweep
+    directory or a local id recording one, or a W&B path ENTITY/PROJECT/SWEEP_ID that is no
+    local directory; None for a local sweep (or none at all)."""
+    path = Path(value).expanduser()
+    for folder in (path, SweepLayout.under(root, value).root if "/" not in value else None):
+        if folder is not None and SweepLayout(folder).wandb_sweep.is_file():
+            return recorded_wandb(folder)
+    parts = value.split("/")
+    if len(parts) == 3 and all(parts) and not path.exists():
+        return {"path": value, "url": ""}
+    return None
 
 
 class UnknownSweep(TrainerError):
