@@ -27,6 +27,7 @@ from trainer.sweep.store.directory import (
     output_root,
     recorded,
     sweep_id_of,
+    wandb_sweep,
 )
 from trainer.sweep.store.opening import open_store, open_sweep, sweep_ids
 from trainer.sweep.store.storage import Storage, shown
@@ -97,7 +98,11 @@ def _steered(verb: str, change: steering.Change, store: SweepStore, sweep_id: st
 
 def steer(verb: str, sweep: str, runs: list[str], root: Path, storage: str | None) -> int:
     """W&B's verbs on a sweep from any terminal (trainer.sweep.store.steering): pause, resume,
-    stop, cancel; `stop` given run ids stops those runs, and the sweep goes on."""
+    stop, cancel; `stop` given run ids stops those runs, and the sweep goes on. A sweep of the
+    W&B server (backend=wandb) is steered there, with W&B's own verbs."""
+    on_wandb = wandb_sweep(sweep, root) if storage is None else None
+    if on_wandb is not None:
+        return _steer_on_wandb(verb, on_wandb, runs)
     store, layout, sweep_id = _open(sweep, root, storage)
     try:
         if runs:
@@ -120,6 +125,19 @@ def steer(verb: str, sweep: str, runs: list[str], root: Path, storage: str | Non
         return 0
     finally:
         store.close()
+
+
+def _steer_on_wandb(verb: str, on_wandb: dict[str, str], runs: list[str]) -> int:
+    """W&B's verbs on a W&B-server sweep ({path, url}): `wandb sweep --VERB`, or Stop run."""
+    # lazy: W&B's client costs 0.3-0.6 s at start-up; only a W&B sweep's verbs need it
+    from trainer.sweep import server_steering
+
+    path, url = on_wandb["path"], on_wandb["url"]
+    if runs:
+        print("\n".join(server_steering.stop_runs(path, runs, url)))
+    else:
+        print(server_steering.change_state(verb, path, url))
+    return 0
 
 
 def _elsewhere(root: Path, sweep_id: str, layout: SweepLayout) -> bool:
