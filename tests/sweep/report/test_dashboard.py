@@ -107,6 +107,16 @@ def test_the_view_has_every_run_ranked_with_curves_timings_and_commands(sweep_di
     json.dumps(view, allow_nan=False)  # plain JSON
 
 
+def test_the_view_says_who_steered_the_sweep_and_when(sweep_dir):
+    assert _view(sweep_dir)["steered"] is None  # nobody has
+    store = SweepStore(sweep_dir / "sweep.db")
+    store.steer("pause", "s1", "ada@node1", now=0.0)
+    store.close()
+    assert _view(sweep_dir)["steered"] == "paused by ada@node1 at 1970-01-01 00:00:00 UTC"
+    page = (Path(snapshot.__file__).parent / "page.html").read_text()
+    assert "sweep.steered" in page  # the summary line shows it beside the state
+
+
 def test_importance_comes_from_optuna_over_the_finished_runs(sweep_dir):
     found = _view(sweep_dir)["importance"]
     assert found["runs"] == 3 and found["evaluator"] == "fANOVA" and found["reason"] is None

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.sweep_commands import TRIAL
+from trainer.sweep.__main__ import main as sweep_cli
 from trainer.sweep.local import run_sweep
 from trainer.sweep.options import SweepOptions
 
@@ -118,6 +119,10 @@ def test_the_page_shows_every_run_and_chart_and_a_new_run_without_reload(tmp_pat
         assert "needs 3 finished runs" in driver.find_element("id", "chart-importance").text
         print(f"page drawn: {time.monotonic() - started:.1f} s")
         driver.execute_script("window.notReloaded = true")
+        summary = lambda: driver.find_element("id", "summary").text  # noqa: E731
+        assert sweep_cli(["--root", str(tmp_path), "pause", sweep_id]) == 0
+        _wait(lambda: "state: paused (paused by " in summary(), 30, "who paused it, on the page")
+        assert sweep_cli(["--root", str(tmp_path), "resume", sweep_id]) == 0
         agent = [sys.executable, "-m", "trainer.agent", sweep_id, "--root", str(tmp_path)]
         subprocess.run([*agent, "--count", "1"], check=True, capture_output=True, timeout=300)
         print(f"third run: {time.monotonic() - started:.1f} s")

@@ -11,6 +11,7 @@ from typing import Any
 from trainer.errors import TrainerError
 from trainer.sweep.report import leaderboard, pareto
 from trainer.sweep.search.distributions import LOG_SCALE, distribution
+from trainer.sweep.store import steering
 from trainer.sweep.store.database import RunRecord, SweepStore
 
 
@@ -87,6 +88,13 @@ def parameters(config: dict, rows: list[dict]) -> list[dict[str, Any]]:
     return out
 
 
+def _steered(res: dict[str, Any]) -> str | None:
+    """Who put the sweep in its state and when (`paused by ada@node1 at ... UTC`), when its
+    owner did (as `ls` and `show` say it); None otherwise."""
+    change = steering.Change.of(res.get("state_changed"))
+    return change.said() if change is not None and change.state == res.get("state") else None
+
+
 def view(store: SweepStore, sweep_id: str, where: str) -> dict[str, Any]:
     """The sweep's page data: its definition's essentials, counts by state and every run
     (ranked as the leaderboard ranks them); `where` names the store (password-free)."""
@@ -111,6 +119,7 @@ def view(store: SweepStore, sweep_id: str, where: str) -> dict[str, Any]:
         "parameters": parameters(config, rows),
         "early_terminate": (config.get("early_terminate") or {}).get("type"),
         "counts": counts,
+        "steered": _steered(res),
         "best": (res["best"] or {}).get("id"),
         "pareto_front": [e["id"] for e in res.get("pareto_front") or ()],
         "runs": rows,
