@@ -199,6 +199,16 @@ COMMANDS: dict[str, Run | NotRun] = {
         "needs a running run: tests/sweep/test_steer_live.py::"
         "test_pause_holds_new_runs_until_resume_and_stop_ends_one_run"
     ),
+    "python -m trainer.sweep pause my-team/my-project/8fz3k2qa": NotRun(
+        "needs the W&B server; at its contract (argv, environment, W&B's own parser): "
+        "tests/sweep/test_server_steering.py::test_each_verb_is_w_and_b_own_command; no "
+        "credentials: tests/sweep/test_server_steering.py::"
+        "test_without_credentials_a_clear_error_within_seconds"
+    ),
+    "python -m trainer.sweep stop my-team/my-project/8fz3k2qa RUN_ID": NotRun(
+        "needs the W&B server; at its contract: tests/sweep/test_server_steering.py::"
+        "test_stop_run_is_the_public_apis_stop"
+    ),
     "head -1 outputs/sweeps/SWEEP_ID/best.yaml": Run("sweeps", ""),
     "python -m trainer sweep=tpe_optuna": Run("engines", "hydra.sweeper.dry_run=true"),
     "python -m trainer sweep=conditional_optuna": Run("engines", TRIAL),

@@ -123,6 +123,14 @@ def _wrapped(line: str, indent: str = "  ") -> str:
     return textwrap.fill(line, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ")
 
 
+def _shown_difference(line: str) -> str:
+    """One difference in 80 columns: on its line, else its `now` under its `was`."""
+    was, comma, now = line.partition(", now ")
+    if len(line) + 2 <= WIDTH or not comma:
+        return _wrapped(line)
+    return _wrapped(was + ",") + "\n" + _wrapped("now " + now, "    ")
+
+
 def _ways(sweep_id: str, old: Any, new: Any, new_sweep: str) -> list[str]:
     """The ways on: `extend` (when only parameters and run_cap differ), or a new sweep."""
     fixed = [k for k in changed_keys(old, new) if k not in GROWABLE]
@@ -175,7 +183,7 @@ def refusal(
     return "\n".join(
         [
             textwrap.fill(head, WIDTH, initial_indent=indent).lstrip(),
-            *(_wrapped(line) for line in found),
+            *(_shown_difference(line) for line in found),
             textwrap.fill(
                 "One sweep runs one definition, so that its leaderboard never mixes two "
                 "searches. The ways on:",
