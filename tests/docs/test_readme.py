@@ -313,6 +313,11 @@ COMMANDS: dict[str, Run | NotRun] = {
         "serves until Ctrl-C; the browser test starts it so: tests/sweep/report/"
         "test_dashboard_browser.py::test_the_page_shows_every_run_and_chart_and_a_new_run_without_reload"
     ),
+    "python -m trainer.sweep dashboard SWEEP_ID --control": NotRun(
+        "serves until Ctrl-C; the browser test starts it so and stops a run from the page: "
+        "tests/sweep/report/test_dashboard_control_browser.py::"
+        "test_the_page_stops_a_running_run_and_shows_it_stopped_without_reload"
+    ),
     "ssh -N -L 8765:127.0.0.1:8765 login.cluster.example": NotRun(
         "an SSH tunnel to another machine (login.cluster.example is an example)"
     ),
