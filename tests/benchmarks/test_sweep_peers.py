@@ -15,8 +15,9 @@ from trainer.sweep.agents import cpu_share
 @pytest.mark.slow
 def test_sweep_peers_times_one_and_parallel_agents_and_writes_results(tmp_path):
     args = ["--sweepers", "ours", "--trials", "2", "--epochs", "1", "--rounds", "1"]
-    args += ["--compile", "off", "--agents", "2", "--out", str(tmp_path)]
-    variants = sweep_peers.main(args)
+    args += ["--compile", "off", "--agents", "2", "--out", str(tmp_path), "--short-trials", "2"]
+    args += ["--short-steps", "5"]
+    variants, shorts = sweep_peers.main(args)
     assert [v.name for v in variants] == ["ours-1", "ours-2"]
     one, two = variants
     assert len(one.walls) == len(two.walls) == 1 and len(two.step_ms) == 2
@@ -26,6 +27,14 @@ def test_sweep_peers_times_one_and_parallel_agents_and_writes_results(tmp_path):
     assert "| ours-2 | off | 2 |" in table and "agents are" in table
     saved = json.loads((tmp_path / "sweep_peers.json").read_text())
     assert [v["name"] for v in saved["variants"]] == ["ours-1", "ours-2"]
+    # 1-second trials: each slot's seconds are accounted for, part by part
+    assert [s.name for s in shorts] == ["ours-1", "ours-2"]
+    for short in shorts:
+        (parts,) = short.parts
+        assert sum(parts.values()) == pytest.approx(short.span_s[0] * short.concurrent / 2)
+        assert parts["idle slot"] >= -1e-6 and short.own_s[0] > 0
+    assert "## 1-second trials" in table and "| trial: start-up |" in table
+    assert [s["name"] for s in saved["one_second_trials"]] == ["ours-1", "ours-2"]
 
 
 def test_a_reduced_run_writes_nothing_unless_told(tmp_path, monkeypatch):
@@ -33,6 +42,11 @@ def test_a_reduced_run_writes_nothing_unless_told(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(
         sweep_peers, "measure", lambda v, *a: (v.walls.append(1.0), v.best.append(0.5))
+    )
+    monkeypatch.setattr(
+        sweep_peers,
+        "measure_short",
+        lambda v, *a: (v.span_s.append(3.0), v.own_s.append(1.0), v.overhead_s.append(0.5)),
     )
     sweep_peers.main(["--sweepers", "ours", "--trials", "2", "--compile", "off"])
     assert not (tmp_path / "results").exists()
