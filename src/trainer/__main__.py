@@ -12,7 +12,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from trainer.config.hydra_version import VERSION_BASE
+from trainer.config.hydra_version import VERSION_BASE, mode_without_composing
 from trainer.config.overrides import check_overrides, chosen, parse_argv
 from trainer.config.paths import conf_dir, expand_path_argv
 from trainer.config.schema import ConfigError
@@ -108,6 +108,7 @@ def cli() -> None:
 
         _refuse_torchrun_misuse(sys.argv)  # before any rank writes or logs into a run dir
         agree_run_time()
+    mode_without_composing()  # Hydra 1.3: a trial's hydra.mode=RUN, read without composing
     main()
 
 

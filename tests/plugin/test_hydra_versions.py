@@ -11,6 +11,7 @@ import warnings
 
 import hydra
 import pytest
+from hydra.types import RunMode
 
 from tests.conftest import ROOT, make_cfg, run_cli
 from trainer.__main__ import sweep_as_multirun
@@ -132,3 +133,40 @@ def test_a_sweep_without_m_runs_as_with_m():
     with_m = run_cli("-m", "sweep=lr_random", "hydra.sweeper.dry_run=true")
     assert without.returncode == with_m.returncode == 0, without.stderr + with_m.stderr
     assert without.stdout.rpartition("# written")[0] == with_m.stdout.rpartition("# written")[0]
+
+
+@pytest.mark.parametrize(
+    "overrides, mode",
+    [
+        (["trainer.seed=1", "hydra.mode=RUN"], "RUN"),
+        (["hydra.mode=RUN", "hydra.mode=MULTIRUN"], "MULTIRUN"),  # the last one wins
+        (["trainer.seed=1"], None),  # not on the command line: composition decides
+        (["hydra.mode=RUN,MULTIRUN"], None),  # a sweep of it: Hydra's own error
+        (["~hydra.mode"], None),
+        (["hydra.mode=RUN", "hydra={mode: MULTIRUN}"], None),
+        (["hydra.mode=WALK"], None),  # Hydra says what is wrong with it
+    ],
+)
+def test_a_command_line_mode_is_read_without_composing(overrides, mode):
+    from trainer.config.hydra_version import _command_line_mode
+
+    assert _command_line_mode(overrides) == (None if mode is None else RunMode[mode])
+
+
+def test_hydra_13_gets_a_command_line_mode_without_composing_the_config(monkeypatch):
+    """A sweep trial's `hydra.mode=RUN`: Hydra 1.3's get_mode answers it without the composition
+    that Hydra 1.4 also skips; without it, get_mode composes as before."""
+    from hydra._internal.hydra import Hydra
+
+    from trainer.config.hydra_version import mode_without_composing
+
+    composed = []
+    monkeypatch.setattr(Hydra, "get_mode", lambda self, name, overrides: composed.append(1))
+    mode_without_composing()
+    if _release(hydra.__version__) >= (1, 4):
+        assert not getattr(Hydra.get_mode, "reads_command_line", False)
+        return
+    mode_without_composing()  # once only: it does not wrap itself
+    assert Hydra.get_mode(None, "train", ["a=1", "hydra.mode=RUN"]) == RunMode.RUN
+    assert composed == []
+    assert Hydra.get_mode(None, "train", ["a=1"]) is None and composed == [1]
