@@ -251,3 +251,39 @@ def test_a_trial_stopped_by_a_clusters_warning_is_preempted_not_crashed():
     assert _final_state(128 + signal.SIGTERM, False, True, preempted=True) == "preempted"
     assert _final_state(0, False, True, preempted=True) == "finished"
     assert _final_state(128 + signal.SIGTERM, False, True) == "crashed"
+
+
+def test_a_trials_end_wakes_the_template_at_once():
+    """The template waits on each trial's pidfd, not a poll interval: the descriptor is readable
+    as soon as the child has ended."""
+    import select
+
+    from trainer.sweep.agents.template import _exit_watch
+
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    watch = _exit_watch(pid)
+    try:
+        if watch is None:
+            pytest.skip("no pidfd on this kernel: the template polls every REAP_S")
+        readable, _, _ = select.select([watch], [], [], 30)
+        assert readable == [watch]
+        assert os.waitpid(pid, os.WNOHANG)[0] == pid
+    finally:
+        if watch is not None:
+            os.close(watch)
+
+
+@pytest.mark.slow
+def test_waiting_for_the_template_ends_when_told(tmp_path):
+    """The agent waits for its template before its first claim; a signal ends that wait."""
+    starter = TrialStarter(dict(os.environ), (), tmp_path / "template.log", modules=(PROBE,))
+    try:
+        started = time.monotonic()
+        starter.wait_ready(stop=lambda: True)
+        assert time.monotonic() - started < 5 and starter.template.ready is None
+        starter.wait_ready(stop=lambda: False)
+        assert starter.template.ready
+    finally:
+        starter.close()

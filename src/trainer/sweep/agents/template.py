@@ -39,7 +39,9 @@ PREIMPORT = (
 )
 TRACKER = ("wandb",)  # unless no trial logs to W&B
 COMPILER = ("torch._dynamo", "torch._inductor.compile_fx")  # unless no trial compiles
-REAP_S = 0.05  # how often ended trials are reaped and reported
+# How often ended trials are reaped and reported where a child's end cannot wake the template
+# (no pidfd: Linux before 5.3); with one, a trial's end is reported at once.
+REAP_S = 0.05
 # The signals a trial gets as a new process would: their dispositions as the agent passed them
 # on (ignored stays ignored across exec, as under nohup, `&` in scripts and batch systems; a
 # handled one becomes Python's default), read when the template starts, before it changes any.
@@ -98,22 +100,35 @@ def receive_nowait(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int
         sock.setblocking(True)
 
 
-def _reap(children: set[int], sock: socket.socket) -> None:
+def _reap(children: dict[int, int | None], sock: socket.socket) -> None:
     for pid in list(children):
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
-            children.discard(pid)
+            fd = children.pop(pid)
+            if fd is not None:
+                os.close(fd)
             send(sock, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+def _exit_watch(pid: int) -> int | None:
+    """A descriptor that becomes readable when child `pid` ends (a pidfd), so its end is
+    reported without waiting for the next poll; None where the kernel has none."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):  # Python or Linux without pidfds: REAP_S polls
+        return None
 
 
 def serve(sock: socket.socket) -> Request | None:
     """Fork a trial for every request until the agent closes its end (None, in the template);
     in a forked child, return its request."""
-    children: set[int] = set()
+    children: dict[int, int | None] = {}  # running trials: pid -> its pidfd (None: polled)
     while True:
-        readable, _, _ = select.select([sock], [], [], REAP_S)
+        watched = [fd for fd in children.values() if fd is not None]
+        polled = len(watched) < len(children)
+        readable, _, _ = select.select([sock, *watched], [], [], REAP_S if polled else None)
         _reap(children, sock)
-        if not readable:
+        if sock not in readable:
             continue
         message, fds = receive(sock)
         if message is None:
@@ -122,6 +137,9 @@ def serve(sock: socket.socket) -> Request | None:
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
+            for fd in children.values():  # the template's, not the trial's
+                if fd is not None:
+                    os.close(fd)
             return Request(
                 module=message["module"],
                 args=message["args"],
@@ -132,7 +150,7 @@ def serve(sock: socket.socket) -> Request | None:
             )
         for fd in fds:
             os.close(fd)
-        children.add(pid)
+        children[pid] = _exit_watch(pid)
         send(sock, {"started": pid})
 
 

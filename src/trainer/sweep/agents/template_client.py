@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -98,10 +99,13 @@ class TrialTemplate:
         self.set_by_imports: dict[str, str] = {}  # environment defaults its imports set
         self.problem = ""
 
-    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> bool:
-        """Block until the template has imported everything (True) or failed (False)."""
+    def wait_ready(
+        self, timeout: float = READY_TIMEOUT_S, stop: Callable[[], bool] = lambda: False
+    ) -> bool:
+        """Block until the template has imported everything (True) or failed (False); `stop`,
+        asked about once a second, ends the wait early (False, and the template stays)."""
         deadline = time.monotonic() + timeout
-        while self.ready is None and not self.dead:
+        while self.ready is None and not self.dead and not stop():
             left = deadline - time.monotonic()
             if left <= 0:
                 self.problem = f"was not ready after {timeout:g} s"

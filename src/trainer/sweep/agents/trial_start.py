@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Protocol
 
@@ -71,6 +72,13 @@ class TrialStarter:
                 f"agent: trials start as new processes, each paying its imports ({reason})",
                 flush=True,
             )
+
+    def wait_ready(self, stop: Callable[[], bool]) -> None:
+        """Wait until the template can fork trials (at once without one), so that the agent
+        claims its first run when it can start it, not a template's imports earlier; `stop`
+        ends the wait (a signal to the agent)."""
+        if self.template is not None and self.template.ready is None:
+            self.template.wait_ready(stop=stop)
 
     def start(self, argv: list[str], env: dict[str, str], log: IO, cores: tuple) -> Trial:
         template = self.template
