@@ -31,8 +31,10 @@ VERSION_BASE: dict[str, str] = (
 def _command_line_mode(overrides: list[str]) -> RunMode | None:
     """The run mode a command line's `hydra.mode=RUN|MULTIRUN` sets (the last one wins, as in
     composition), or None where it sets none or Hydra should read it (sweeps, odd values)."""
+    # Only Hydra's own keys can set it: the others are left to Hydra's parse (a few ms).
+    ours = [o for o in overrides if o.lstrip("+~").startswith("hydra")]
     try:
-        parsed = OverridesParser.create().parse_overrides(overrides)
+        parsed = OverridesParser.create().parse_overrides(ours)
     except HydraException:  # Hydra's own parse reports it
         return None
     mode = None
