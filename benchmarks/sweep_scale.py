@@ -6,8 +6,9 @@ One simulated agent makes the store calls of `LocalAgent._run` / `_run_trial` / 
 `_record` with the classic engine (trainer.sweep.agents.local_agent, trainer.sweep.search.
 dispatch.ClassicEngine), in their order:
 
-- hand-out: `claim(...)` (in its transaction: the lost-run look `_mark_lost`, every run read,
-  the agent's slot beat, the proposal, the insert, the ticket);
+- hand-out: `claim(...)` (in its transaction: the store's copy of the runs brought up to date,
+  trainer.sweep.store.known_runs; the lost-run look `_mark_lost`, the agent's slot beat, the
+  sweep's state, the proposal, the insert with its ticket);
 - trial started: `update(run_id, pid=, run_dir=, log_path=, started_at=)`;
 - every `--heartbeat-s` (the agent's HEARTBEAT_S by default) while the trial runs:
   `heartbeat(run_id)`;
@@ -28,8 +29,11 @@ store's work). Time is compressed by `--speedup`: a 60 s trial of 10 epochs is r
 many real agents. Agents start spread over one (compressed) trial, as agents of a running sweep
 are, and each round runs `--duration-s`; at its end the agents finish their trial at once (final
 state written) and claim nothing more. Hand-outs are the claims begun inside the round. A claim
-reads every run of the sweep, so its cost grows with the runs handed out during the round too:
-compare rounds of one `--duration-s`; `--finished-rows` rounds show that growth on its own.
+reads only the runs that changed since its store's last look (and the runs that have not ended),
+and no history unless the proposal asks for one; `--finished-rows` rounds show whether its cost
+still grows with the runs behind it. With a stop check, each worker's agents start with their
+copies of the runs read (every history, once per worker, before the round), as agents of a
+running sweep have them: the round measures the steady state, not each agent's first read.
 
 Each simulated agent has its own SweepStore, as each real agent (a process) has: one pooled
 connection each, so a PostgreSQL round of N agents holds about N connections. PostgreSQL's
@@ -265,6 +269,10 @@ def worker() -> None:
         open_store(plan["sweep_dir"], plan["url"] or None, plan["sweep_id"])
         for _ in range(plan["agents"])
     ]
+    if plan["stop_check"] != "off":  # as running agents: their copies hold every history
+        stores[0].runs()
+        for store in stores[1:]:
+            store.known.copy_from(stores[0].known)
     print("ready", flush=True)
     plan.update(json.loads(sys.stdin.readline()))
     agents = [SimulatedAgent(store, plan, i) for i, store in enumerate(stores)]
@@ -381,7 +389,8 @@ def postgres(url: str | None, max_connections: int) -> Iterator[dict]:
 
 # the rounds ------------------------------------------------------------------------------------
 def prefill(store: Any, rows: int, epochs: int) -> float:
-    """`rows` finished runs, each with `epochs` history rows, in bulk; the seconds it took."""
+    """`rows` finished runs, each with `epochs` history rows, in bulk (PostgreSQL: COPY); the
+    seconds it took."""
 
     began, host, rng = time.perf_counter(), this_host(), random.Random(rows)
     chunk = max(1, 20_000 // max(1, epochs))
@@ -405,15 +414,34 @@ def prefill(store: Any, rows: int, epochs: int) -> float:
                         "ended_at": now,
                         "heartbeat_at": now,
                         "host": host,
+                        "reports": epochs,
                     }
                 )
                 for e in range(epochs):
                     data = {k: rng.random() for k in METRICS} | {"epoch": e}
                     metrics.append({"run_id": run_id, "step": e, "data": json.dumps(data)})
-            db.execute(t.runs.insert(), runs)
-            if metrics:
-                db.execute(t.metrics.insert(), metrics)
+            _bulk(db, store.storage.schema, t.runs, runs)
+            _bulk(db, store.storage.schema, t.metrics, metrics)
+    if not store.storage.is_sqlite:  # the planner's statistics, as a store grown slowly has them
+        with store.engine.connect() as db:
+            db.execution_options(isolation_level="AUTOCOMMIT")
+            for table in (t.runs, t.metrics):
+                db.exec_driver_sql(f"ANALYZE {store.storage.schema}.{table.name}")
     return time.perf_counter() - began
+
+
+def _bulk(db: Any, schema: str | None, table: Any, rows: list[dict]) -> None:
+    """Insert `rows` into `table`: PostgreSQL's COPY (psycopg), else an executemany."""
+    if not rows:
+        return
+    if schema is None:
+        db.execute(table.insert(), rows)
+        return
+    names = list(rows[0])
+    cursor = db.connection.driver_connection.cursor()
+    with cursor.copy(f"COPY {schema}.{table.name} ({', '.join(names)}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row([row[n] for n in names])
 
 
 def one_round(

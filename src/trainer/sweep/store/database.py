@@ -16,17 +16,19 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from sqlalchemy import ColumnElement, Connection, delete, func, inspect, select, tuple_, update
+from sqlalchemy import ColumnElement, Connection, Row, delete, func, inspect, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.schema import CreateSchema
 
 from hydra_plugins.wandb_sweeper.config import RunnerConf
 from trainer.errors import TrainerError
 from trainer.sweep.store import steering
 from trainer.sweep.store import tables as t
+from trainer.sweep.store.known_runs import JSON_COLUMNS, KnownRuns, read_histories, record
 from trainer.sweep.store.liveness import STALE_S, Holder, kill_orphan
 from trainer.sweep.store.reconnect import retrying
 from trainer.sweep.store.records import (
@@ -35,13 +37,14 @@ from trainer.sweep.store.records import (
     STOP_BY_ENGINE,
     STOP_BY_OWNER,
     STOPPED_AS,
+    TERMINAL,
     Busy,
     CpuSlot,
     RunRecord,
     to_json,
 )
 from trainer.sweep.store.storage import READ, Storage, check, make_engine
-from trainer.sweep.store.upgrade import add_missing_columns
+from trainer.sweep.store.upgrade import add_missing_columns, add_missing_indexes
 
 
 class DeviceChooser(Protocol):
@@ -53,16 +56,8 @@ class DeviceChooser(Protocol):
     def choose(self, runs: list[RunRecord], params: dict[str, Any]) -> list[str] | None: ...
 
 
-TERMINAL = ("finished", "failed", "crashed", "stopped", "pruned", "cancelled")
-JSON_COLUMNS = ("params", "search_info", "summary", "devices")
-UNSET = (
-    "seq",
-    "history",
-    "summary",
-    "stop_requested",
-    "superseded",
-    "ticket",
-)  # a new run: defaults
+__all__ = ["TERMINAL", "Claim", "RunRecord", "SweepStore"]
+UNSET = ("seq", "history", "summary", "stop_requested", "superseded")  # a new run: defaults
 
 
 @dataclass(frozen=True)
@@ -75,6 +70,7 @@ class Claim:
     agent: Holder
     pool: DeviceChooser | None
     rerun_crashed: bool
+    tries: list[int] = field(default_factory=list)  # one entry per try begun
 
 
 def _lost(run: RunRecord, limit: int, stale_s: float) -> dict[str, Any]:
@@ -115,6 +111,7 @@ class SweepStore:
         self.path = Path(path) if path is not None else None
         self.where = str(self.path) if self.path is not None else self.storage.shown
         self.claiming: Connection | None = None  # the claim transaction in progress, if any
+        self.known = KnownRuns(self.reading)  # its copy of the sweep's runs (known_runs)
         self.engine = make_engine(self.storage, read_only=read_only)
         check(self.engine, self.storage)  # an unreachable server: a clear error now
         if read_only:
@@ -156,6 +153,10 @@ class SweepStore:
                 t.migrate_sqlite(db)
             add_missing_columns(db, self.storage.schema)  # columns added since it was made
             t.metadata.create_all(db)
+            add_missing_indexes(db)  # indexes added since it was made
+            dialect = postgresql if db.dialect.name == "postgresql" else sqlite
+            first = dialect.insert(t.revision).values(one=1, n=0)
+            db.execute(first.on_conflict_do_nothing(index_elements=["one"]))
             row = db.execute(select(t.sweep.c.value).where(t.sweep.c.key == t.VERSION_KEY))
             found = row.scalar()
             if found is not None and json.loads(found) > t.SCHEMA_VERSION:
@@ -214,32 +215,37 @@ class SweepStore:
 
     # runs ------------------------------------------------------------------------------------
     @staticmethod
-    def _rows(db: Connection, where: ColumnElement[bool] | None = None) -> list[RunRecord]:
+    def _rows(
+        db: Connection, where: ColumnElement[bool] | None = None, history: bool = True
+    ) -> list[RunRecord]:
+        """The runs `where` selects (all: None), in seq order, with their histories (without:
+        `history` False, for a look that reads none)."""
         query = select(t.runs).order_by(t.runs.c.seq)
-        rows = [
-            dict(r._mapping) for r in db.execute(query if where is None else query.where(where))
-        ]
-        ids = [r["id"] for r in rows]
-        history = select(t.metrics.c.run_id, t.metrics.c.data)
-        if where is not None:  # only the selected runs' histories
-            history = history.where(t.metrics.c.run_id.in_(ids))
-        hist: dict[str, list[dict]] = {}
-        if ids:
-            for run_id, data in db.execute(history.order_by(t.metrics.c.run_id, t.metrics.c.step)):
-                hist.setdefault(run_id, []).append(json.loads(data))
-        out = []
-        for d in rows:
-            for key in JSON_COLUMNS:
-                d[key] = None if d[key] is None else json.loads(d[key])
-            d["stop_requested"] = int(d["stop_requested"])
-            d["superseded"] = bool(d["superseded"])
-            out.append(RunRecord(**d, history=hist.get(d["id"], [])))
-        return out
+        out = [record(tuple(r)) for r in db.execute(query if where is None else query.where(where))]
+        if history:
+            read_histories(db, out)
+        return list(out)
 
     @retrying
     def runs(self) -> list[RunRecord]:
-        with self.reading() as db:
-            return self._rows(db)
+        """Every run with its history, in seq order (from the store's copy, brought up to
+        date: trainer.sweep.store.known_runs)."""
+        with self.known.lock, self._keeping_known():
+            with self.reading() as db:
+                self.known.sync(db)
+                with self.known.using(db):
+                    self.known.fill_histories()
+            return list(self.known.all)
+
+    @contextmanager
+    def _keeping_known(self) -> Iterator[None]:
+        """The copy of the runs stands only if the transactions it read in commit: forgotten
+        (read afresh next time) when one fails."""
+        try:
+            yield
+        except BaseException:
+            self.known.reset()
+            raise
 
     @retrying
     def run(self, run_id: str) -> RunRecord:
@@ -284,51 +290,56 @@ class SweepStore:
     def _claim(self, claim: Claim) -> RunRecord | None | Busy:
         """One try of a claim: in its transaction, the run that an earlier try of the same
         ticket handed out (its reply lost with the connection), else the next one."""
-        with self.transaction() as db:
+        claim.tries.append(1)
+        with self.known.lock, self._keeping_known(), self.transaction() as db:
             self.claiming = db
             try:
-                again = self._rows(db, t.runs.c.ticket == claim.ticket)
-                if again:
+                again = len(claim.tries) > 1 and self._rows(db, t.runs.c.ticket == claim.ticket)
+                if again:  # only a try after a lost connection can find one
                     return again[0]
-                run = self._hand_out(db, claim)
-                if isinstance(run, RunRecord):
-                    values = {"ticket": claim.ticket}
-                    db.execute(update(t.runs).where(t.runs.c.id == run.id).values(**values))
-                    run.ticket = claim.ticket
-                return run
+                return self._hand_out(db, claim)
             finally:
                 self.claiming = None
 
     def _hand_out(self, db: Connection, claim: Claim) -> RunRecord | None | Busy:
         """Inside the claim's transaction: the run handed out (None, BUSY). None while its owner
-        has paused, stopped or cancelled the sweep (the agent then reads why)."""
-        self._mark_lost(db)  # a run lost with its agent goes back to the sweep first
+        has paused, stopped or cancelled the sweep (the agent then reads why). The runs are
+        the store's copy, brought up to date here (reading only what changed: known_runs);
+        a history is read only if the proposal asks for one."""
+        known = self.known
+        known.sync(db)
+        if self._mark_lost(db, known.running()):  # a run lost with its agent goes back first
+            known.sync(db)
         agent, pool = claim.agent, claim.pool
         self._beat(db, agent, time.time())  # its CPU slot, if it holds one, stays its own
         if self.lifecycle(db)[0] in steering.HALTED:
             return None
-        runs = self._rows(db)
+        runs: list[RunRecord] = list(known.all) if pool is not None else []
         if pool is not None and not pool.available(runs):
             return BUSY
-        crashed = self._to_rerun(runs, claim.rerun_crashed)
+        crashed = self._to_rerun(known.to_rerun(), claim.rerun_crashed)
         if crashed is not None and crashed.resumable:
             devices = pool.choose(runs, crashed.params) if pool is not None else None
             fields = dict(state="running", agent_pid=agent.pid, agent_started=agent.started)
             fields.update(pid=None, exit_code=None, ended_at=None, log_tail=None)
             fields.update(heartbeat_at=time.time(), host=agent.host, devices=to_json(devices))
+            fields.update(ticket=claim.ticket)
             db.execute(update(t.runs).where(t.runs.c.id == crashed.id).values(**fields))
             return self._rows(db, t.runs.c.id == crashed.id)[0]
         if crashed is not None:
             db.execute(update(t.runs).where(t.runs.c.id == crashed.id).values(superseded=1))
+            self.touch(db, [crashed.id])
             params, info = crashed.params, None
         else:
-            proposal = claim.propose([r for r in runs if not r.superseded])
+            with known.using(db):
+                proposal = claim.propose(known.live())
             if proposal is None:
                 return None
             params, info = proposal
         devices = pool.choose(runs, params) if pool is not None else None
         rerun_of = crashed.id if crashed else None
-        return self._insert(db, claim.new_id(), params, info, agent, rerun_of, devices)
+        new = (claim.new_id(), params, info, agent, rerun_of, devices, claim.ticket)
+        return self._insert(db, *new)
 
     @staticmethod
     def _insert(
@@ -339,6 +350,7 @@ class SweepStore:
         agent: Holder,
         rerun_of: str | None,
         devices: list[str] | None,
+        ticket: str,
     ) -> RunRecord:
         """A new running run of `agent`, holding `devices` (its record, read from no row)."""
         now = time.time()
@@ -356,6 +368,7 @@ class SweepStore:
             host=agent.host,
             devices=devices,
             agent_started=agent.started,
+            ticket=ticket,
         )
         row = {k: v for k, v in vars(record).items() if k not in UNSET}
         for key in ("params", "search_info", "devices"):  # as a reader gets them back
@@ -363,6 +376,31 @@ class SweepStore:
             setattr(record, key, None if row[key] is None else json.loads(row[key]))
         record.seq = db.execute(t.runs.insert().values(**row)).inserted_primary_key[0]
         return record
+
+    @staticmethod
+    def touch(db: Connection, run_ids: list[str]) -> None:
+        """Inside a writer's transaction: these runs, ended, were written: the sweep's change
+        counter goes up and marks them, so that every store's copy reads them again."""
+        raised = update(t.revision).values(n=t.revision.c.n + 1)
+        db.execute(raised)
+        n = db.execute(select(t.revision.c.n)).scalar()
+        db.execute(update(t.runs).where(t.runs.c.id.in_(run_ids)).values(changed=n))
+
+    def _written(
+        self, db: Connection, run_id: str, values: dict[str, Any], *read: Any
+    ) -> Row | None:
+        """Inside a writer's transaction: `values` written to run `run_id`; its columns `read`
+        as written (None: no such run). A run that has ended is marked changed (`touch`)."""
+        r = t.runs.c
+        write = update(t.runs).where(r.id == run_id).values(**values)
+        if db.dialect.update_returning:
+            row = db.execute(write.returning(r.state, *read)).first()
+        else:
+            db.execute(write)
+            row = db.execute(select(r.state, *read).where(r.id == run_id)).first()
+        if row is not None and row[0] in TERMINAL:
+            self.touch(db, [run_id])
+        return row
 
     @staticmethod
     def _to_rerun(runs: list[RunRecord], rerun_crashed: bool) -> RunRecord | None:
@@ -382,7 +420,7 @@ class SweepStore:
             return
         values = {k: json.dumps(v) if k in JSON_COLUMNS else v for k, v in fields.items()}
         with self.transaction(serialize=False) as db:
-            db.execute(update(t.runs).where(t.runs.c.id == run_id).values(**values))
+            self._written(db, run_id, values)
 
     @retrying
     def update_held(self, run_id: str, agent_pid: int, **fields: Any) -> bool:
@@ -403,21 +441,25 @@ class SweepStore:
             for i, row in enumerate(rows):
                 values = {"run_id": run_id, "step": first_step + i, "data": json.dumps(row)}
                 t.upsert(db, t.metrics, values, ("run_id", "step"))
-            db.execute(update(t.runs).where(t.runs.c.id == run_id).values(heartbeat_at=time.time()))
+            beat = {"heartbeat_at": time.time(), "reports": t.runs.c.reports + 1}
+            self._written(db, run_id, beat)
 
     @retrying
     def heartbeat(self, run_id: str) -> int:
         """The run's agent lives: the run's heartbeat and its agent's CPU slot's. Returns whether
         the run is asked to stop, as `stop_requested` (read in the same transaction: the
         agent's poll of its owner's stop and cancel costs no round trip of its own)."""
-        now = time.time()
-        slot = tuple_(t.agent_slots.c.host, t.agent_slots.c.pid)
-        agent = select(t.runs.c.host, t.runs.c.agent_pid).where(t.runs.c.id == run_id)
+        now, r, s = time.time(), t.runs.c, t.agent_slots.c
         with self.transaction(serialize=False) as db:
-            db.execute(update(t.runs).where(t.runs.c.id == run_id).values(heartbeat_at=now))
-            db.execute(update(t.agent_slots).where(slot.in_(agent)).values(heartbeat_at=now))
-            asked = db.execute(select(t.runs.c.stop_requested).where(t.runs.c.id == run_id))
-            return int(asked.scalar() or 0)
+            row = self._written(
+                db, run_id, {"heartbeat_at": now}, r.stop_requested, r.host, r.agent_pid
+            )
+            if row is None:
+                return 0
+            _, asked, host, pid = row
+            held = (s.host == host) & (s.pid == pid)
+            db.execute(update(t.agent_slots).where(held).values(heartbeat_at=now))
+            return int(asked or 0)
 
     @retrying
     def beat_agent(self, agent_pid: int) -> None:
@@ -449,17 +491,29 @@ class SweepStore:
         up to the sweep's `max_retries` losses; lost once more, it is `crashed`, and says why.
         A lost run's trial still running on this host is ended."""
         with self.transaction() as db:
-            return self._mark_lost(db, stale_s)
+            running = self._rows(db, t.runs.c.state == "running", history=False)
+            return self._mark_lost(db, running, stale_s)
 
-    def _mark_lost(self, db: Connection, stale_s: float = STALE_S) -> list[str]:
-        """Inside a transaction: `mark_lost_runs` (a claim does it first, in its own)."""
-        lost = []
-        now = time.time()
-        limit = self.get("max_retries", RunnerConf.max_retries, db)  # the sweep's, else the default
-        for r in self._rows(db, t.runs.c.state == "running"):
+    def _mark_lost(
+        self, db: Connection, running: list[RunRecord], stale_s: float = STALE_S
+    ) -> list[str]:
+        """Inside a transaction: `mark_lost_runs` of the `running` runs (a claim does it first,
+        in its own). An agent of this host is looked up once however many runs it holds."""
+        lost: list[str] = []
+        now, limit = time.time(), None
+        alive: dict[Any, bool] = {}
+        for r in running:
             agent = r.agent
-            if agent.is_me or (agent.alive(stale_s, now) and not agent.silent(stale_s, now)):
+            if agent.is_me:
                 continue
+            if not agent.silent(stale_s, now):
+                key = (agent.host, agent.pid, agent.started) if agent.here else agent
+                if key not in alive:
+                    alive[key] = agent.alive(stale_s, now)
+                if alive[key]:
+                    continue
+            if limit is None:  # the sweep's, else the default
+                limit = self.get("max_retries", RunnerConf.max_retries, db)
             values = dict(_lost(r, limit, stale_s), ended_at=now, pid=None)
             if r.stop_requested in STOPPED_AS:  # its owner stopped it, or cancelled the sweep
                 values.update(state=STOPPED_AS[r.stop_requested], log_tail=None)
@@ -532,8 +586,11 @@ class SweepStore:
         if db is None:
             with self.reading() as db:
                 return self.lifecycle(db)
-        change = steering.Change.of(self.get(steering.STEERED_KEY, None, db))
-        return steering.lifecycle(self.get("state", None, db), change), change
+        keys = (steering.STEERED_KEY, "state")
+        rows = db.execute(select(t.sweep.c.key, t.sweep.c.value).where(t.sweep.c.key.in_(keys)))
+        found = {key: json.loads(value) for key, value in rows}
+        change = steering.Change.of(found.get(steering.STEERED_KEY))
+        return steering.lifecycle(found.get("state"), change), change
 
     @retrying
     def steer(self, verb: str, sweep_id: str, by: str, now: float | None = None) -> steering.Change:
@@ -557,9 +614,9 @@ class SweepStore:
         agent sends SIGTERM at its next poll; `last.pt` kept; it ends `stopped`), one waiting
         to resume ends `stopped` now; neither is handed out again by itself. SteerError,
         nothing changed, for an unknown run or one that has ended. The runs, as they were."""
-        with self.transaction() as db:
-            runs = [r for r in self._rows(db) if not r.superseded]
-            by_id = {r.id: r for r in runs}
+        with self.known.lock, self._keeping_known(), self.transaction() as db:
+            self.known.sync(db)
+            by_id = {r.id: r for r in self.known.live()}
             problem = steering.unknown_runs(run_ids, list(by_id), sweep_id)
             if problem is None:
                 going = ("running", "preempted")

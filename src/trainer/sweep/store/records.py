@@ -12,6 +12,8 @@ from typing import Any
 from trainer.outputs.layout import RunLayout
 from trainer.sweep.store.liveness import Holder
 
+TERMINAL = ("finished", "failed", "crashed", "stopped", "pruned", "cancelled")  # a run that ended
+
 
 @dataclass
 class RunRecord:

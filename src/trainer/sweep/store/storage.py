@@ -143,13 +143,34 @@ def _sqlite_reader(storage: Storage) -> Engine:
     return engine
 
 
+def _prepare_threshold(url: URL) -> tuple[URL, dict]:
+    """psycopg's `prepare_threshold` given in the URL's query (`?prepare_threshold=none`: no
+    server-side prepared statements, as PgBouncer in transaction mode before 1.22 needs): the
+    URL without it, and the connect argument."""
+    query = dict(url.query)
+    if "prepare_threshold" not in query:
+        return url, {}
+    given = str(query.pop("prepare_threshold"))
+    if given.lower() in ("none", "off"):
+        return url.set(query=query), {"prepare_threshold": None}
+    if not given.isdigit():
+        raise StorageError(
+            f"hydra.sweeper.storage / --storage: prepare_threshold={given!r} in {shown(url)} is "
+            "neither a count nor none; give ?prepare_threshold=none (through PgBouncer in "
+            "transaction mode) or a number of executions before a statement is prepared."
+        )
+    return url.set(query=query), {"prepare_threshold": int(given)}
+
+
 def _postgres_engine(storage: Storage, read_only: bool = False) -> Engine:
     connect_args: dict = {"connect_timeout": CONNECT_TIMEOUT_S}
     if read_only:  # the server refuses every write of this engine's transactions
         connect_args["options"] = "-c default_transaction_read_only=on"
+    url, prepare = _prepare_threshold(storage.url)
+    connect_args.update(prepare)
     try:
         engine = create_engine(
-            storage.url,
+            url,
             pool_pre_ping=True,
             pool_size=2,
             max_overflow=4,

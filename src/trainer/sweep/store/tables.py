@@ -14,6 +14,7 @@ from sqlalchemy import (
     Column,
     Connection,
     Float,
+    Index,
     Integer,
     MetaData,
     Table,
@@ -22,7 +23,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
-SCHEMA_VERSION = 2  # 1: the raw-sqlite3 store, before the version was recorded
+SCHEMA_VERSION = 3  # 1: the raw-sqlite3 store, before the version was recorded; 3: run changes
 VERSION_KEY = "schema_version"
 
 metadata = MetaData()
@@ -67,7 +68,26 @@ runs = Table(
     # the claim that handed it out last: a claim tried again after its reply was lost (the
     # connection dropped after the commit) finds its run by it, and gets no second one
     Column("ticket", Text),
+    # the sweep's change counter (`revision.n`) when a write last touched this run after it
+    # had ended: a store's copy of the ended runs re-reads it (trainer.sweep.store.known_runs)
+    Column("changed", Integer),
+    # reports (metric rows written) so far: a copy re-reads the history only when it grew
+    Column("reports", Integer, nullable=False, server_default="0"),
     sqlite_autoincrement=True,
+)
+# what a claim and the lost-run look select by (the runs that have not ended, a claim's
+# ticket, the ended runs changed since a copy's last look)
+Index("runs_state", runs.c.state)
+Index("runs_ticket", runs.c.ticket)
+Index("runs_changed", runs.c.changed)
+
+# The sweep's change counter (one row): raised by each write to a run that has ended.
+revision = Table(
+    "revision",
+    metadata,
+    Column("one", Integer, primary_key=True, autoincrement=False),
+    Column("n", Integer, nullable=False),
+    CheckConstraint("one = 1"),
 )
 
 metrics = Table(
@@ -141,6 +161,8 @@ _ADDED = {
         "preemptions": "INTEGER NOT NULL DEFAULT 0",
         "losses": "INTEGER NOT NULL DEFAULT 0",
         "ticket": "TEXT",
+        "changed": "INTEGER",
+        "reports": "INTEGER NOT NULL DEFAULT 0",
     },
     "optimizer_lease": {"host": "TEXT", "started": "REAL"},
 }

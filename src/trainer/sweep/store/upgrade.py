@@ -1,11 +1,12 @@
 """A store written by an earlier release of this schema gains the columns added since, on any
 dialect: each column of trainer.sweep.store.tables that its table lacks is added (nullable, or
-NOT NULL with its server default), so a PostgreSQL sweep made before a column existed opens as a
-sweep.db does. (Older SQLite layouts that need more than a column are tables.migrate_sqlite's.)"""
+NOT NULL with its server default), and each index it lacks is created, so a PostgreSQL sweep made
+before a column existed opens as a sweep.db does. (Older SQLite layouts that need more than a column are tables.migrate_sqlite's.)"""
 
 from __future__ import annotations
 
 from sqlalchemy import Column, Connection, inspect
+from sqlalchemy.schema import CreateIndex
 
 from trainer.sweep.store.tables import metadata
 
@@ -40,3 +41,11 @@ def add_missing_columns(db: Connection, schema: str | None) -> list[str]:
                 db.exec_driver_sql(f"ALTER TABLE {where} ADD COLUMN {_definition(db, column)}")
                 added.append(f"{table.name}.{column.name}")
     return added
+
+
+def add_missing_indexes(db: Connection) -> None:
+    """Inside the store's first transaction, after its tables exist: create the indexes of
+    trainer.sweep.store.tables that a store made before them lacks (IF NOT EXISTS)."""
+    for table in metadata.sorted_tables:
+        for index in table.indexes:
+            db.execute(CreateIndex(index, if_not_exists=True))
