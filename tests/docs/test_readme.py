@@ -209,6 +209,33 @@ COMMANDS: dict[str, Run | NotRun] = {
         "needs the W&B server; at its contract: tests/sweep/test_server_steering.py::"
         "test_stop_run_is_the_public_apis_stop"
     ),
+    "python -m trainer.sweep extend SWEEP_ID hydra.sweeper.run_cap=80": NotRun(
+        "runs trials: tests/sweep/test_extend_live.py::"
+        "test_extend_a_finished_bayes_sweep_by_four_runs"
+    ),
+    "python -m trainer.sweep extend SWEEP_ID 'optimizer.lr=tag(log, interval(0.0001, 1.0))'": (
+        NotRun(
+            "needs a sweep to extend: tests/sweep/test_extend_cli.py::"
+            "test_no_run_records_the_revision_and_prints_the_join_line"
+        )
+    ),
+    "python -m trainer.sweep extend SWEEP_ID optimizer.lr=0.1,0.05,0.02": NotRun(
+        "needs a grid sweep: tests/sweep/definition/test_revision.py::"
+        "test_a_grid_gains_only_its_new_points"
+    ),
+    "python -m trainer.sweep extend SWEEP_ID optimizer.weight_decay=0.0005,0.01 "
+    "--default optimizer.weight_decay=0.0005": NotRun(
+        "needs a sweep to extend: tests/sweep/test_extend_cli.py::"
+        "test_a_parameter_added_with_the_value_the_runs_had"
+    ),
+    "python -m trainer.sweep extend SWEEP_ID hydra.sweeper.run_cap=80 --no-run": NotRun(
+        "needs a sweep to extend: tests/sweep/test_extend_cli.py::"
+        "test_no_run_records_the_revision_and_prints_the_join_line"
+    ),
+    "python -m trainer -m sweep=lr_bayes hydra.sweeper.warm_start=SWEEP_ID": NotRun(
+        "needs an earlier sweep and runs trials: tests/sweep/test_extend_live.py::"
+        "test_warm_start_seeds_a_new_bayes_sweep"
+    ),
     "head -1 outputs/sweeps/SWEEP_ID/best.yaml": Run("sweeps", ""),
     "python -m trainer sweep=tpe_optuna": Run("engines", "hydra.sweeper.dry_run=true"),
     "python -m trainer sweep=conditional_optuna": Run("engines", TRIAL),

@@ -1,7 +1,8 @@
 """`python -m trainer.sweep ls | show SWEEP | watch SWEEP | dashboard [SWEEP] | pause | resume |
 stop | cancel SWEEP | stop SWEEP RUN... [--storage URL]`: the list of local sweeps (or those
 kept in a database server), a sweep's leaderboard and plot (by id or directory), a sweep
-followed from any terminal until it ends, its live web page, or W&B's verbs that steer it."""
+followed from any terminal until it ends, its live web page, or W&B's verbs that steer it;
+`extend SWEEP OVERRIDES... [--no-run]` grows a sweep in place (a new revision of its definition)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trainer.errors import exit_on_error
+from trainer.sweep import extend as extending
 from trainer.sweep.report import leaderboard
 from trainer.sweep.report.dashboard import serving as dashboard
 from trainer.sweep.report.watch import watch
@@ -251,6 +253,56 @@ VERB_HELP = {
 }
 
 
+def _extend_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """`extend SWEEP OVERRIDES... [--default KEY=VALUE] [--no-run]`."""
+    growing = sub.add_parser(
+        "extend",
+        help="grow a sweep in place: more runs, a wider range, grid values or a parameter "
+        "added (a new revision of its definition; every run kept and told to its engine)",
+    )
+    growing.add_argument("sweep", help="a sweep id (see ls) or a sweep directory")
+    growing.add_argument(
+        "overrides",
+        nargs="+",
+        metavar="OVERRIDE",
+        help="as the sweep command takes them: hydra.sweeper.run_cap=80, optimizer.lr=0.1,0.05,"
+        "0.02, 'optimizer.lr=tag(log, interval(0.0001, 1.0))', hydra.sweeper.params.KEY=...",
+    )
+    growing.add_argument(
+        "--default",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a parameter added now: the value every run so far had (default: its fixed "
+        "override in the trials' command)",
+    )
+    growing.add_argument(
+        "--no-run",
+        action="store_true",
+        help="only record the new revision and print how agents join; run nothing",
+    )
+    return growing
+
+
+def extend(args: argparse.Namespace, root: Path) -> int:
+    """A new revision of the sweep's definition; its new runs run here unless agents live."""
+    defaults = extending.defaults_of(args.default)
+    store, layout, sweep_id = _open(args.sweep, root, args.storage)
+    try:
+        return extending.extend(
+            store,
+            layout,
+            sweep_id,
+            args.overrides,
+            root=root,
+            storage=args.storage,
+            defaults=defaults,
+            run=not args.no_run,
+        )
+    finally:
+        store.close()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m trainer.sweep", description=__doc__)
     _common(parser)
@@ -278,7 +330,8 @@ def _parser() -> argparse.ArgumentParser:
             verbs[-1].add_argument(
                 "runs", nargs="*", metavar="RUN", help="stop only these runs; the sweep goes on"
             )
-    for child in (listing, show_parser, watch_parser, serving, *verbs):
+    growing = _extend_parser(sub)
+    for child in (listing, show_parser, watch_parser, serving, *verbs, growing):
         _common(child, argparse.SUPPRESS)  # after the subcommand too, without resetting
     return parser
 
@@ -293,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
         return ls(root) if args.storage is None else ls_storage(args.storage)
     if args.command == "watch":
         return watch(_open(args.sweep, root, args.storage), args.every)
+    if args.command == "extend":
+        return extend(args, root)
     if args.command in steering.VERBS:
         return steer(args.command, args.sweep, getattr(args, "runs", []), root, args.storage)
     return show(args.sweep, root, args.storage)

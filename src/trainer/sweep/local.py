@@ -18,7 +18,7 @@ from trainer.sweep.agents import cpu_share
 from trainer.sweep.agents.gpu_slots import DevicePlan, agent_count
 from trainer.sweep.agents.launched import JOB_DIR, AgentJob, env_added
 from trainer.sweep.agents.outcome import INTERRUPT_CODES
-from trainer.sweep.definition import drift
+from trainer.sweep.definition import drift, warm_start
 from trainer.sweep.options import AgentHooks, SweepOptions
 from trainer.sweep.report import leaderboard
 from trainer.sweep.report.watch import LiveStatus
@@ -38,6 +38,18 @@ from trainer.sweep.store.directory import (
 from trainer.sweep.store.opening import open_store, password_env, require_reachable
 
 LIVE_S = 1.0  # how often the live status is redrawn
+RUNNER_KEY = "runner"  # the store key: how the sweep command last ran its agents
+
+
+def runner(options: SweepOptions, hooks: AgentHooks) -> dict:
+    """How this command runs the sweep's agents, kept for `python -m trainer.sweep extend`:
+    their number and count, and whether they were jobs of a Hydra launcher."""
+    return {
+        "agents": options.agents,
+        "count": options.count,
+        "cpus_per_trial": options.cpus_per_trial,
+        "launcher": hooks.start_agents is not None,
+    }
 
 
 def _agent_argv(layout: SweepLayout, options: SweepOptions) -> list[str]:
@@ -226,6 +238,36 @@ def _killed(slot: int, code: int) -> int:
     return 0
 
 
+def _created_or_reopened(
+    config: dict,
+    options: SweepOptions,
+    root: Path,
+    directory: Path | None,
+    repeats: Repeats | None,
+) -> tuple[str, SweepLayout, SweepStore]:
+    """A new sweep (with its repeats' seeds and hydra.sweeper.warm_start's earlier runs kept in
+    its store), or the one options.sweep_id names, reopened."""
+    storage = options.storage
+    if options.sweep_id is not None:
+        sweep_id, layout, store = _reopen(options.sweep_id, root, directory, storage, config)
+        _same_repeats(sweep_id, store, repeats)
+        if options.warm_start:
+            print(
+                f"sweep {sweep_id}: note: hydra.sweeper.warm_start seeds a new sweep only; "
+                "ignored on a resumed one",
+                flush=True,
+            )
+        return sweep_id, layout, store
+    warm = warm_start.gather(options.warm_start, config, root, storage)  # refused: no folder
+    sweep_id, layout, store = _create(config, root, directory, storage)
+    if repeats is not None:  # kept with the sweep: agents that join later repeat too
+        repeats.record(store)
+    if warm is not None:  # kept with the sweep: every agent's engine is told them
+        warm.record(store)
+        print(f"sweep {sweep_id}: {warm.said()}", flush=True)
+    return sweep_id, layout, store
+
+
 def run_sweep(
     config: dict,
     options: SweepOptions | None = None,
@@ -245,18 +287,13 @@ def run_sweep(
     `repeats`: the seeds of hydra.sweeper.repeats, kept in a new sweep's store."""
     options = options or SweepOptions()
     hooks = hooks or AgentHooks()
-    storage, sweep_id = options.storage, options.sweep_id
+    storage = options.storage
     root = Path(root).resolve()
     directory = Path(directory).resolve() if directory is not None else None
-    if sweep_id is None:
-        sweep_id, layout, store = _create(config, root, directory, storage)
-        if repeats is not None:  # kept with the sweep: agents that join later repeat too
-            repeats.record(store)
-    else:
-        sweep_id, layout, store = _reopen(sweep_id, root, directory, storage, config)
-        _same_repeats(sweep_id, store, repeats)
+    sweep_id, layout, store = _created_or_reopened(config, options, root, directory, repeats)
     _start(store, sweep_id)
     store.set("max_retries", options.max_retries)  # how often a lost run is handed out again
+    store.set(RUNNER_KEY, runner(options, hooks))  # `extend` runs the new runs the same way
     if devices is not None:  # the GPUs its agents hand out (gpu_slots), this command's choice
         store.set("devices", devices.to_dict())
     hint = join_command(sweep_id, root, layout.root)

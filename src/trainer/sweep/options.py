@@ -71,6 +71,12 @@ class SweepOptions:
                 f"hydra.sweeper.count={self.count!r} must be a positive number of runs per "
                 "agent, or left out (null) to run until the sweep ends"
             )
+        if self.warm_start and self.backend == "wandb":
+            problems.append(
+                f"hydra.sweeper.warm_start={self.warm_start!r} seeds a local sweep's engine; a "
+                "W&B server sweep takes earlier runs through W&B itself (wandb sweep --prior_run "
+                "RUN_ID sweep.yaml): drop warm_start, or use backend=local"
+            )
         if not _integer(self.max_retries, 0):
             problems.append(
                 f"hydra.sweeper.max_retries={self.max_retries!r} must be an integer >= 0: the "

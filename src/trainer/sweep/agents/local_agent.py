@@ -22,7 +22,7 @@ from trainer.sweep.agents import cpu_share, cpu_slots, gpu_slots
 from trainer.sweep.agents.launched import WARNING_SIGNALS, ended_by_cluster
 from trainer.sweep.agents.trial_start import Trial, TrialStarter
 from trainer.sweep.definition.command import expand_trial_command
-from trainer.sweep.search import dispatch, pbt_policy
+from trainer.sweep.search import dispatch, pbt_policy, space
 from trainer.sweep.store import steering
 from trainer.sweep.store.database import RunRecord, SweepStore
 from trainer.sweep.store.directory import SweepLayout, sweep_id_of
@@ -159,6 +159,7 @@ class LocalAgent:
         self.store = store if store is not None else open_store(layout.root)
         self.sweep_id = sweep_id_of(self.store, layout)
         self.config: dict = self.store.config
+        self.revision = space.revision(self.store)  # `extend` makes a new one: followed
         # claims runs and decides stops: classic (grid, random, bayes, hyperband) or optuna/ax
         self.engine = dispatch.for_sweep(self.store, layout, self.config, self.sweep_id)
         self.rerun_crashed = rerun_crashed
@@ -233,11 +234,12 @@ class LocalAgent:
                 return 0
             if obeyed == "wait":
                 continue
+            self._follow_revision()
             run = self.engine.claim(
                 agent_pid=os.getpid(),
                 rerun_crashed=self.rerun_crashed,
                 pool=self.pool,
-                stop=lambda: self.signum is not None or self._halted(),
+                stop=lambda: self.signum is not None or self._halted() or self._revised(),
             )
             if run is BUSY:  # every device it may use runs a trial: wait for one to end
                 if not waited:
@@ -248,7 +250,7 @@ class LocalAgent:
             waited = False
             if run is None and self.signum is not None:  # stopped while waiting for a run
                 return 128 + self.signum
-            if run is None and self._halted():  # paused, stopped or cancelled meanwhile
+            if run is None and (self._halted() or self._revised()):  # steered or extended
                 continue
             if run is None and self._others_go_on(waiting):
                 waiting = True
@@ -300,6 +302,25 @@ class LocalAgent:
             )
             return "exit"
         return "claim"
+
+    def _revised(self) -> bool:
+        """Whether `extend` changed the sweep's definition since this agent read it."""
+        return space.revision(self.store) != self.revision
+
+    def _follow_revision(self) -> None:
+        """Before a claim: after `extend`, the new definition and an engine built from it
+        (told the stored runs inside the new space), without restarting the agent."""
+        revision = space.revision(self.store)
+        if revision == self.revision:
+            return
+        self.engine.close()  # a scheduler optimizer's lease: the rebuilt engine takes it
+        self.config, self.revision = self.store.config, revision
+        self.engine = dispatch.for_sweep(self.store, self.layout, self.config, self.sweep_id)
+        print(
+            f"agent: sweep {self.sweep_id} was extended (revision {revision}); claiming runs "
+            "of its new definition",
+            flush=True,
+        )
 
     def _halted(self) -> bool:
         """Whether its owner has paused, stopped or cancelled the sweep."""

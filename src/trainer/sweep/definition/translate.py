@@ -17,6 +17,7 @@ from hydra_plugins.wandb_sweeper.config import RunnerConf
 from trainer.sweep.definition.command import trial_command
 from trainer.sweep.search import pbt_policy
 from trainer.sweep.search.distributions import MIN_MAX, grid_points
+from trainer.sweep.search.space import flatten_parameters
 
 # The top-level keys of a W&B sweep configuration that the sweeper config carries.
 SWEEP_KEYS = (
@@ -35,18 +36,6 @@ _SWEEPER_PREFIXES = ("hydra.sweeper", "hydra/sweeper", "hydra.mode", "hydra.swee
 
 class TranslationError(ValueError):
     """A command-line sweep the W&B schema cannot express."""
-
-
-def flatten_parameters(parameters: dict[str, Any], prefix: str = "") -> dict[str, dict]:
-    """Nested `parameters:` blocks become flat dotted keys ({"a": {"parameters": {"b": s}}} -> {"a.b": s})."""
-    flat: dict[str, dict] = {}
-    for key, spec in (parameters or {}).items():
-        name = f"{prefix}{key}"
-        if isinstance(spec, dict) and "parameters" in spec:
-            flat.update(flatten_parameters(spec["parameters"], f"{name}."))
-        else:
-            flat[name] = dict(spec) if isinstance(spec, dict) else spec
-    return flat
 
 
 def spec_from_override(override: Override) -> dict[str, Any]:

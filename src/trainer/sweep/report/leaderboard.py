@@ -21,7 +21,7 @@ from trainer.sweep.definition.command import fixed_overrides
 from trainer.sweep.report import pareto
 from trainer.sweep.report.plot import figure as figure
 from trainer.sweep.report.plot import plot as plot
-from trainer.sweep.search import classic, dispatch, pbt_policy
+from trainer.sweep.search import classic, dispatch, pbt_policy, space
 from trainer.sweep.search import repeats as repeating
 from trainer.sweep.store import steering
 from trainer.sweep.store.database import RunRecord, SweepStore
@@ -93,6 +93,33 @@ def _entry(r: RunRecord, goals: list[dict[str, Any]], multi: bool) -> dict[str, 
     return entry
 
 
+def _revisions_and_warm_start(store: SweepStore) -> dict[str, Any]:
+    """An extended sweep's revisions (each one's number, when, by whom, what changed, the runs
+    before it and its file) and a warm start's earlier sweeps with the runs used; {} if none."""
+    found: dict[str, Any] = {}
+    revisions = store.get(space.REVISIONS_KEY)
+    if revisions:
+        last = revisions[-1]["revision"]
+        found["revisions"] = [
+            {
+                **{k: v for k, v in r.items() if k != "config"},
+                "file": (
+                    SweepLayout("").yaml
+                    if r["revision"] == last
+                    else SweepLayout("").revision(r["revision"])
+                ).name,
+            }
+            for r in revisions
+        ]
+    warm = store.get(space.WARM_KEY)
+    if warm:
+        found["warm_start"] = {
+            "sweeps": warm["sweeps"],
+            "prior_runs": len(space.prior_runs(store, store.config)),
+        }
+    return found
+
+
 def results(
     store: SweepStore, sweep_id: str, records: list[RunRecord] | None = None
 ) -> dict[str, Any]:
@@ -114,6 +141,7 @@ def results(
         # its owner's pause, stop or cancel stands; else as its agents left it
         "state": steered if steered in steering.HALTED else store.get("state", "created"),
         "state_changed": change.to_dict() if change else None,  # {state, verb, by, at}
+        **_revisions_and_warm_start(store),
     }
     if multi:
         finished = {

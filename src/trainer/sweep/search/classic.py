@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from trainer.sweep.search import wandb_sweeps
+from trainer.sweep.search import space, wandb_sweeps
 from trainer.sweep.store.database import RunRecord
 
 
@@ -85,22 +85,31 @@ def target_reached(config: dict, runs: list[RunRecord]) -> bool:
     return False
 
 
-def next_params(config: dict, runs: list[RunRecord]) -> tuple[dict, dict | None] | None:
+def next_params(
+    config: dict, runs: list[RunRecord], prior: list[RunRecord] = ()
+) -> tuple[dict, dict | None] | None:
     """The next parameters to try, or None when the sweep is over (grid done, run_cap, or a run
-    reached metric.target)."""
+    reached metric.target). The engine hears the runs inside the space (space.told: a sweep
+    extended in place keeps its runs outside the new space out of its model, and its grid
+    skips the points already run) and the `prior` runs of a warm start; run_cap counts every
+    run of the sweep."""
     cap = config.get("run_cap")
     if cap is not None and len(runs) >= cap:
         return None
     if target_reached(config, runs):
         return None
+    heard = [to_sweep_run(r) for r in [*space.told(config, runs), *prior]]
     with warnings.catch_warnings():  # scikit-learn's GP notices are not the user's business
         warnings.filterwarnings("ignore", module="sklearn")
         warnings.filterwarnings("ignore", module="scipy")
-        suggestion = wandb_sweeps.next_run(config, [to_sweep_run(r) for r in runs], validate=False)
+        suggestion = wandb_sweeps.next_run(config, heard, validate=False)
     if suggestion is None:
         return None
     params = {k: plain(v["value"]) for k, v in suggestion.config.items()}
-    return params, plain(suggestion.search_info) if suggestion.search_info else None
+    info = plain(suggestion.search_info) if suggestion.search_info else None
+    if info is not None and config.get("method") == "bayes":  # what its model was fitted on
+        info["results_known"] = sum(1 for r in heard if r.state == "finished")
+    return params, info
 
 
 def runs_to_stop(config: dict, runs: list[RunRecord]) -> list[str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from trainer.sweep.search import classic, pbt_engine
+from trainer.sweep.search import classic, pbt_engine, space
 from trainer.sweep.search.custom_method import LIBRARY, drives_optimizer, engine_of
 from trainer.sweep.search.pbt_engine import PbtEngine
 from trainer.sweep.search.pbt_policy import is_pbt
@@ -30,11 +30,12 @@ class ClassicEngine:
         self.store, self.config = store, config
         self.early_terminate = bool(config.get("early_terminate"))
         self.repeats = Repeats.of_store(store)  # hydra.sweeper.repeats: each point R times
+        self.prior = space.prior_runs(store, config)  # hydra.sweeper.warm_start's runs
 
     def claim(
         self, *, agent_pid: int, rerun_crashed: bool, stop: Any, pool: Any = None
     ) -> RunRecord | Busy | None:
-        engine = lambda runs: classic.next_params(self.config, runs)  # noqa: E731
+        engine = lambda runs: classic.next_params(self.config, runs, self.prior)  # noqa: E731
         return self.store.claim(
             proposer(self.repeats, self.config.get("metric"), engine),
             new_id=new_id,

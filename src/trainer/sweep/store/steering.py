@@ -35,7 +35,13 @@ TRANSITIONS: dict[str, dict[str, str]] = {
     "cancel": {RUNNING: CANCELLED, PAUSED: CANCELLED},
 }
 VERBS = tuple(TRANSITIONS)
-DONE = {"pause": "paused", "resume": "resumed", "stop": "stopped", "cancel": "cancelled"}
+DONE = {
+    "pause": "paused",
+    "resume": "resumed",
+    "stop": "stopped",
+    "cancel": "cancelled",
+    "extend": "extended",  # a new revision of its definition (python -m trainer.sweep extend)
+}
 
 
 class SteerError(TrainerError):

@@ -192,6 +192,13 @@ class SuggestionQueue:
         """Record that the optimizer hands out no further run (and why)."""
         t.upsert(db, t.sweep, {"key": "search_over", "value": json.dumps(reason)}, ("key",))
 
+    @staticmethod
+    def reopen(db: Connection) -> None:
+        """The sweep's definition changed (`extend`): the search is not over, and suggestions
+        made for the old space are dropped (the optimizer rebuilt from the new one suggests)."""
+        db.execute(delete(t.sweep).where(t.sweep.c.key == "search_over"))
+        db.execute(delete(t.suggestions))
+
     @retrying
     def over(self) -> str | None:
         """Why the search is over with nothing left in the queue, or None while runs remain."""

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from trainer.sweep.search import space
 from trainer.sweep.search.custom_method import engine_of
 from trainer.sweep.search.repeats import Repeats, collapsed, configurations, proposer
 from trainer.sweep.search.suggest.wandb_door import OptimizerSession, TrialView
@@ -45,6 +46,8 @@ class SchedulerDriver:
     def __init__(self, store: SweepStore, layout: SweepLayout, config: dict, sweep_id: str):
         self.store, self.queue = store, SuggestionQueue(store)
         self.config, self.sweep_id = config, sweep_id
+        self.revision = space.revision(store)  # `extend` makes a new one: rebuilt from it
+        self.prior = space.prior_runs(store, config)  # hydra.sweeper.warm_start's runs
         self.engine = str(engine_of(config))
         self.log = optimizer_log(layout, sweep_id)
         self.token = uuid.uuid4().hex
@@ -76,6 +79,7 @@ class SchedulerDriver:
                 if generation is None:
                     self._drop()  # another process drives (or took over from us)
                     return
+                self._follow(space.revision(self.store, db))
                 if generation != self.generation:
                     self._take_over(generation)
                 self._sync(db)
@@ -89,6 +93,20 @@ class SchedulerDriver:
         self.spare, self.generation = None, generation
         self.log.info("lease generation %d: rebuilding the optimizer from the store", generation)
 
+    def _follow(self, revision: int) -> None:
+        """The sweep was extended (a new revision of its definition): drop the optimizer built
+        for the old one; the next take-over rebuilds it from the new space and tells it the
+        stored runs inside it."""
+        if revision == self.revision:
+            return
+        self.log.info("sweep definition revision %d: rebuilding the optimizer", revision)
+        self._drop()
+        if self.spare is not None:
+            self.spare.close()
+            self.spare = None
+        self.config, self.revision = self.store.config, revision
+        self.prior = space.prior_runs(self.store, self.config)
+
     def _drop(self) -> None:
         if self.session is not None:
             self.session.close()
@@ -96,9 +114,16 @@ class SchedulerDriver:
         self._reset()
 
     def _sync(self, db: Connection) -> None:
-        runs = [r for r in self.store.runs() if not r.superseded]
+        every = [r for r in self.store.runs() if not r.superseded]
         if self.repeats is not None:  # one run per configuration: the mean once all ended
-            runs = collapsed(configurations(runs), self.repeats, self.config.get("metric"))
+            every = collapsed(configurations(every), self.repeats, self.config.get("metric"))
+        runs = space.told(self.config, every)  # those inside the space (an extended sweep's)
+        for prior in self.prior:  # a warm start's runs, taught once per optimizer
+            if prior.id not in self.told:
+                self.session.tell_finished(
+                    TrialView(prior.id, prior.params, "finished", prior.history)
+                )
+                self.told[prior.id] = ("finished", len(prior.history))
         for suggestion in self.queue.queued(db):  # queued by an earlier holder: adopt them
             if suggestion.seq not in self.queued:
                 view = TrialView(f"queued-{suggestion.seq}", suggestion.params, "queued")
@@ -108,7 +133,7 @@ class SchedulerDriver:
         for run in runs:
             self._tell(run)
         self._prune(db, runs)
-        self._ask(db, runs)
+        self._ask(db, runs, len(every))
 
     def _tell(self, run: RunRecord) -> None:
         """Tell the optimizer what changed in `run`: claimed suggestions become tracked runs,
@@ -150,20 +175,21 @@ class SchedulerDriver:
                 "%s prunes run %s after %d epoch(s)", self.engine, run.id, len(run.history)
             )
 
-    def _ask(self, db: Connection, runs: list[RunRecord]) -> None:
-        """Queue a suggestion for each waiting agent, within run_cap; record the end of the
-        search (run_cap reached, search space exhausted, the study's terminator)."""
+    def _ask(self, db: Connection, runs: list[RunRecord], count: int) -> None:
+        """Queue a suggestion for each waiting agent, within run_cap (of the sweep's `count`
+        runs); record the end of the search (run_cap reached, search space exhausted, the
+        study's terminator)."""
         if self.store.get("search_over", db=db) is not None:
             return
         queued = len(self.queue.queued(db))
         cap = self.config.get("run_cap")
-        if cap is not None and len(runs) >= cap:
+        if cap is not None and count >= cap:
             return self.queue.finish(db, f"run_cap {cap} reached")
         if self.session.should_terminate():
             return self.queue.finish(db, "the study's terminator ended the search")
         want = self.queue.waiting(db) - queued
         if cap is not None:
-            want = min(want, cap - len(runs) - queued)
+            want = min(want, cap - count - queued)
         if want <= 0:
             return None
         suggested = self.session.ask(want)
