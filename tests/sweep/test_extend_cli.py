@@ -14,6 +14,7 @@ from tests.sweep.finished_sweep import finished_sweep
 from tests.sweep_commands import TRIAL
 from trainer.sweep.__main__ import main as sweep_cli
 from trainer.sweep.agents.local_agent import LocalAgent
+from trainer.sweep.local import RUNNER_KEY
 from trainer.sweep.search import space
 from trainer.sweep.search.suggest.driver import SchedulerDriver
 from trainer.sweep.store import steering
@@ -153,3 +154,12 @@ def test_a_parameter_added_with_the_value_the_runs_had(finished, capsys):
     assert store.config[space.ADDED_KEY] == {"optimizer.weight_decay": 0.0005}
     assert store.config["parameters"]["optimizer.weight_decay"] == {"values": [0.0005, 0.01]}
     assert "told the 2 finished run(s) inside the new space" in capsys.readouterr().out
+
+
+def test_a_sweep_run_by_launcher_jobs_is_recorded_and_says_how_to_start_them(finished, capsys):
+    root, sweep_id, store, layout = finished
+    store.set(RUNNER_KEY, {"agents": 2, "count": None, "launcher": True})
+    assert _cli(root, "extend", sweep_id, "hydra.sweeper.run_cap=3") == 0
+    out = capsys.readouterr().out
+    assert "jobs of a Hydra launcher" in out and f"python -m trainer.agent {sweep_id}" in out
+    assert space.revision(store) == 2 and len(store.runs()) == 2  # nothing was run here

@@ -160,8 +160,9 @@ def extend(
     if settings.get("launcher"):
         print(
             f"sweep {sweep_id}: its agents ran as jobs of a Hydra launcher, which only the sweep "
-            f"command starts: run it again with hydra.sweeper.sweep_id={sweep_id} and its "
-            f"launcher, or join from here with {hint}"
+            f"command starts: start {hint} in job scripts, or the sweep command with "
+            f"hydra.sweeper.sweep_id={sweep_id}, its launcher and the new definition "
+            f"({layout.yaml})"
         )
         return 0
     options = SweepOptions(
