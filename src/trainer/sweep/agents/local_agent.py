@@ -216,6 +216,11 @@ class LocalAgent:
                 self.layout.template_log(os.getpid()),
                 command=self.config.get("command"),
             )
+            # Before the first claim, so that a run is handed out when it can start: the
+            # command's expansion imports wandb (about 0.6 s) while the template imports, and
+            # the template is ready.
+            expand_trial_command(self.config, {}, self.layout.root)
+            self.starter.wait_ready(stop=lambda: self.signum is not None)
             return self._run(count)
         finally:
             self.engine.close()  # a scheduler optimizer's lease goes to another agent
