@@ -234,6 +234,18 @@ def measure_short(
     variant.overhead_s.append(span * variant.concurrent / trials - own)
 
 
+def trial_phases(steps: int, trials: int = 5) -> dict[str, float]:
+    """benchmarks.trial_phases: our trial's start-up and exit, phase by phase (median s)."""
+    argv = [sys.executable, "-m", "benchmarks.trial_phases", "--trials", str(trials)]
+    argv += ["--steps", str(steps), *SHORT, f"trainer.num_threads={_threads(1)}"]
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "TRAINER_CACHE_DIR": str(Path(tmp) / "cache")}
+        done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"benchmarks.trial_phases exited {done.returncode}: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def _threads(concurrent: int) -> int:
     """Torch threads of a trial among `concurrent` (ours: its CPU share, cpu_share)."""
     return max(1, cpu_share.process_limits().count // concurrent)
@@ -309,7 +321,9 @@ def report(variants: list[Variant], args: argparse.Namespace, cores: int) -> str
 TARGET_S = 0.15  # overhead per trial per slot: Ray Tune's release test (issue 41)
 
 
-def report_short(shorts: list[Short], args: argparse.Namespace) -> list[str]:
+def report_short(
+    shorts: list[Short], args: argparse.Namespace, phases: list[dict[str, float]]
+) -> list[str]:
     """The 1-second trials' section: each sweeper's overhead, and where ours goes."""
     lines = [
         "",
@@ -365,6 +379,21 @@ def report_short(shorts: list[Short], args: argparse.Namespace) -> list[str]:
                         },
                     }
                     for part, what in PARTS.items()
+                ]
+            ),
+        ]
+    if phases:
+        lines += [
+            "",
+            "Our trial's start-up and exit, phase by phase (benchmarks.trial_phases: trials "
+            "forked one at a time from a process with the template's imports and run as the "
+            "template runs them, named steps timed; ms, median of 5 trials a round, medians of "
+            "the rounds):",
+            "",
+            *md_table.table(
+                [
+                    {"phase": name, "ms": f"{1000 * _median([p[name] for p in phases]):.0f}"}
+                    for name in phases[0]
                 ]
             ),
         ]
@@ -457,7 +486,10 @@ def main(argv: list[str] | None = None) -> tuple[list[Variant], list[Short]]:
                     f"{variant.walls[-1]:.1f} s, best {variant.best[-1]:.4f}",
                     flush=True,
                 )
+        phases = []
         for round_ in range(args.rounds):
+            if any(v.name.startswith("ours") for v in shorts):
+                phases.append(trial_phases(args.short_steps))
             for short in shorts if round_ % 2 == 0 else shorts[::-1]:
                 measure_short(short, args.short_trials, args.short_steps, ray_python, Path(logs))
                 print(
@@ -466,7 +498,7 @@ def main(argv: list[str] | None = None) -> tuple[list[Variant], list[Short]]:
                     flush=True,
                 )
     text = report(variants, args, cores) + (
-        "\n".join(report_short(shorts, args)) + "\n" if shorts else ""
+        "\n".join(report_short(shorts, args, phases)) + "\n" if shorts else ""
     )
     print(text)
     out = destination.folder(args)
@@ -478,6 +510,7 @@ def main(argv: list[str] | None = None) -> tuple[list[Variant], list[Short]]:
                 "cores": cores,
                 "variants": [asdict(v) for v in variants],
                 "one_second_trials": [asdict(v) for v in shorts],
+                "trial_phases_s": phases,
             },
             indent=2,
             default=str,  # --out, --ray-venv

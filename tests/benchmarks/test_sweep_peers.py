@@ -34,6 +34,7 @@ def test_sweep_peers_times_one_and_parallel_agents_and_writes_results(tmp_path):
         assert sum(parts.values()) == pytest.approx(short.span_s[0] * short.concurrent / 2)
         assert parts["idle slot"] >= -1e-6 and short.own_s[0] > 0
     assert "## 1-second trials" in table and "| trial: start-up |" in table
+    assert "| Hydra: compose |" in table and "| exit |" in table  # benchmarks.trial_phases
     assert [s["name"] for s in saved["one_second_trials"]] == ["ours-1", "ours-2"]
 
 
@@ -48,6 +49,7 @@ def test_a_reduced_run_writes_nothing_unless_told(tmp_path, monkeypatch):
         "measure_short",
         lambda v, *a: (v.span_s.append(3.0), v.own_s.append(1.0), v.overhead_s.append(0.5)),
     )
+    monkeypatch.setattr(sweep_peers, "trial_phases", lambda steps: {"exit": 0.1})
     sweep_peers.main(["--sweepers", "ours", "--trials", "2", "--compile", "off"])
     assert not (tmp_path / "results").exists()
     assert (tmp_path / "outputs" / "benchmarks" / "sweep_peers.md").is_file()  # scratch only

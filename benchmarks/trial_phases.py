@@ -1,0 +1,121 @@
+"""Where a sweep trial's own start-up and exit go, phase by phase: trials forked from a process
+that imported what the trial template imports (as a template's trials are), each run as the
+template runs it (`run_as_main`), with named steps timed (wall ms, median of the trials).
+benchmarks.sweep_peers runs it beside its 1-second trials; it prints one JSON object.
+
+    python -m benchmarks.trial_phases --trials 5 --steps 120 [override ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from trainer.sweep.agents import template
+
+# (module, attribute, phase): the steps of a trial's start-up, timed where they are called.
+STEPS = [
+    ("hydra._internal.hydra", "Hydra.compose_config", "Hydra: compose"),
+    ("hydra.core.utils", "_save_config", "Hydra: .hydra/ files"),
+    ("hydra.core.utils", "configure_log", "Hydra: logging"),
+    ("trainer.run", "validate", "checks (schema, machine)"),
+    ("trainer.run", "build_run_data", "data"),
+    ("trainer.run", "build_state", "model, optimizer, state"),
+    ("trainer.run", "open_compile_cache", "compile cache session"),
+]
+STARTUP = "start-up, all"  # fork to training set up (FitPlan)
+REST = "start-up, the rest"  # argv checks, Hydra's set-up, run dir, seeding, what is untimed
+EXIT = "exit"  # training's end (summary written) to the process's end
+
+
+def _timed(times: dict[str, float], module: str, attribute: str, phase: str) -> None:
+    owner: Any = importlib.import_module(module)
+    *path, name = attribute.split(".")
+    for part in path:
+        owner = getattr(owner, part)
+    inner = getattr(owner, name)
+
+    @functools.wraps(inner)
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            times[phase] = times.get(phase, 0.0) + time.perf_counter() - started
+
+    setattr(owner, name, timed)
+
+
+def one_trial(args: list[str], times: dict[str, float]) -> None:
+    """In a forked child: the trial `python -m trainer *args`, as the template runs it."""
+    run_module = sys.modules["trainer.run"]  # among the template's imports
+    fit, ends = run_module.fit, {}
+
+    def fit_timed(plan: Any) -> Any:
+        times[STARTUP] = time.perf_counter() - started
+        try:
+            return fit(plan)
+        finally:
+            ends["fit"] = time.perf_counter()
+
+    run_module.fit = fit_timed
+    for module, attribute, phase in STEPS:
+        _timed(times, module, attribute, phase)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    sys.argv = ["-m", *args]
+    started = time.perf_counter()
+    code = template.run_as_main("trainer")
+    times[EXIT] = time.perf_counter() - ends.get("fit", started)
+    times["code"] = code
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=120)
+    parser.add_argument("overrides", nargs="*", help="every trial's fixed overrides")
+    args = parser.parse_args(argv)
+    for name in template._preimports(["--no-compiler", "--no-wandb"]):
+        importlib.import_module(name)
+    importlib.import_module("hydra.core.plugins").Plugins.instance()
+    rows: list[dict[str, float]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.trials):
+            read, write = os.pipe()
+            trial = [*args.overrides, f"trainer.max_steps={args.steps}", f"trainer.seed={i}"]
+            trial += [f"hydra.run.dir={Path(tmp) / str(i)}", "hydra.mode=RUN"]
+            pid = os.fork()
+            if pid == 0:  # the trial: its phases go back through the pipe
+                os.close(read)
+                times: dict[str, float] = {}
+                try:
+                    one_trial(trial, times)
+                finally:
+                    os.write(write, json.dumps(times).encode())
+                    os._exit(0)
+            os.close(write)
+            with os.fdopen(read) as pipe:
+                times = json.loads(pipe.read() or "{}")
+            os.waitpid(pid, 0)
+            if times.get("code") != 0:
+                raise SystemExit(f"trial {i} failed: {times}")
+            rows.append(times)
+    phases = [p for _, _, p in STEPS]
+    result = {p: statistics.median(r.get(p, 0.0) for r in rows) for p in [STARTUP, *phases, EXIT]}
+    result[REST] = result[STARTUP] - sum(result[p] for p in phases)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
