@@ -21,11 +21,20 @@ from trainer.sweep.options import AgentHooks, SweepOptions
 SPACE = "{optimizer.lr: {distribution: log_uniform_values, min: 0.001, max: 0.5}}"
 
 
-def test_at_most_five_keys_are_untyped_and_they_are_the_free_blocks():
-    """W&B's free blocks, the search space in Hydra's spelling, and the devices' spellings."""
+def test_at_most_six_keys_are_untyped_and_they_are_the_free_blocks():
+    """W&B's free blocks, the search space in Hydra's spelling, and the spellings of devices
+    (auto, a list, null) and of warm_start (one sweep, or a list: Hydra takes no `a,b` for its
+    own keys)."""
     hints = typing.get_type_hints(WandbSweeperConf)
     untyped = {name for name, hint in hints.items() if hint is typing.Any}
-    assert untyped == {"parameters", "params", "scheduler", "early_terminate", "devices"}
+    assert untyped == {
+        "parameters",
+        "params",
+        "scheduler",
+        "early_terminate",
+        "devices",
+        "warm_start",
+    }
 
 
 def test_every_option_of_sweep_options_is_a_key_of_the_sweeper_with_its_default():

@@ -68,7 +68,7 @@ class RunnerConf:
     paused_wait_s: float = 600.0
     # a new sweep's engine is told the finished runs of earlier sweeps that lie in its space
     # (W&B's prior_runs): their ids or directories, local or in `storage`'s database, as
-    # [id1,id2] or 'id1,id2'; bayes, Optuna and Ax use them, grid and random ignore them
+    # one id, or several as [id1,id2]; bayes, Optuna and Ax use them, grid and random ignore them
     warm_start: Any = None
 
 
