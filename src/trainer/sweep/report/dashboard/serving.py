@@ -49,8 +49,8 @@ STEER = re.compile(r"^/api/sweeps/([^/]+)/steer$")  # --control's one action rou
 
 
 class Handler(BaseHTTPRequestHandler):
-    """GET only: / and /sweeps/<id> (the page), /plotly.min.js, /api/sweeps[/<id>]; every
-    other method is refused (405): this handler has no way to write."""
+    """GET only: / and /sweeps/<id> (the page), /plotly.min.js, /api/sweeps[/<id>]; POST,
+    PUT, PATCH and DELETE are refused (405): this handler has no way to write."""
 
     catalog: Catalog
     page: bytes
