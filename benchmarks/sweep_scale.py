@@ -50,7 +50,8 @@ the workers' own CPU (getrusage) is reported beside it, per hand-out. On SQLite 
 inside the agents' processes: its CPU is the client's, and the DB column says n/a. Latencies are
 client-side (perf_counter around each store call) and include any wait for the worker's GIL
 and the machine's CPUs: read them with the client CPU column. Statements per claim: SQLAlchemy's
-`before_cursor_execute` events in the claiming thread (pool pings not included).
+`before_cursor_execute` events in the claiming thread (pool pings not included); rows read per
+claim: the rows its SELECTs returned (psycopg's row count; sqlite3 gives none: "-").
 
 Per round: hand-outs/s (and the rate the agents would ask for, `agents * speedup / trial-s`),
 claim p50/p99/max, heartbeat, report and stop-check p99 (ms), DB and client CPU ms per hand-out,
@@ -101,6 +102,7 @@ HEARTBEAT_S = 2.0  # trainer.sweep.agents.local_agent.HEARTBEAT_S
 DEFAULT_MAX_CONNECTIONS = 100
 CONNECTION_MARGIN = 32  # the benchmark's own connections and a few spare
 METRICS = ("train/loss", "train/acc", "val/loss", "val/acc")
+SWITCH_S = 0.0005  # the workers' GIL switch interval (Python's default: 0.005)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -138,7 +140,12 @@ def _count_statements() -> None:
     def before(*_args: Any) -> None:
         _counted.n = getattr(_counted, "n", 0) + 1
 
+    def after(_conn: Any, cursor: Any, statement: str, *_args: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT"):  # the rows a read returned
+            _counted.rows = getattr(_counted, "rows", 0) + max(cursor.rowcount or 0, 0)
+
     event.listen(Engine, "before_cursor_execute", before)
+    event.listen(Engine, "after_cursor_execute", after)
 
 
 def _percentile(values: list[float], q: float) -> float | None:
@@ -160,6 +167,7 @@ class SimulatedAgent:
             k: [] for k in ("claim", "heartbeat", "report", "stop_check", "finish")
         }
         self.statements: list[int] = []
+        self.rows_read: list[int] = []
         self.handed: list[str] = []  # claims begun before the deadline
         self.unfinished: list[str] = []  # handed out, final state not written
         self.errors: list[str] = []
@@ -187,7 +195,7 @@ class SimulatedAgent:
         deadline = plan["deadline"]
         _sleep_until(plan["go"] + self.rng.uniform(0, trial))  # agents of a running sweep
         while time.time() < deadline:
-            _counted.n = 0
+            _counted.n = _counted.rows = 0
             run = self._timed(
                 "claim",
                 self.store.claim,
@@ -196,6 +204,7 @@ class SimulatedAgent:
                 agent_pid=self.pid,
             )
             self.statements.append(_counted.n)
+            self.rows_read.append(_counted.rows)
             if run is None or not hasattr(run, "id"):
                 self.errors.append(f"claim returned {run!r}")
                 return
@@ -265,6 +274,9 @@ def worker() -> None:
 
     plan = json.loads(sys.stdin.readline())
     _count_statements()
+    # a thread waiting for the GIL gets it within 0.5 ms, not 5: an agent holding the sweep's
+    # lock is not held up by its worker's other agents for long (real agents share no GIL)
+    sys.setswitchinterval(SWITCH_S)
     stores = [
         open_store(plan["sweep_dir"], plan["url"] or None, plan["sweep_id"])
         for _ in range(plan["agents"])
@@ -289,6 +301,7 @@ def worker() -> None:
     out = {
         "times": {k: [x for a in agents for x in a.times[k]] for k in agents[0].times},
         "statements": [x for a in agents for x in a.statements],
+        "rows_read": [x for a in agents for x in a.rows_read],
         "handed": [x for a in agents for x in a.handed],
         "unfinished": [x for a in agents for x in a.unfinished],
         "errors": [x for a in agents for x in a.errors],
@@ -512,6 +525,7 @@ def one_round(
     store.close()
     times = {k: [x for o in outs for x in o["times"][k]] for k in outs[0]["times"]}
     statements = [x for o in outs for x in o["statements"]]
+    rows_read = [x for o in outs for x in o["rows_read"]]
     client_cpu = sum(o["client_cpu_s"] for o in outs)
     n = len(handed)
     per = lambda s: None if s is None or not n else 1000 * s / n  # noqa: E731
@@ -535,6 +549,9 @@ def one_round(
         "db_cpu_ms_per_handout": per(None if cpu0 is None else cpu1 - cpu0),
         "client_cpu_ms_per_handout": per(client_cpu),
         "statements_per_claim": (sum(statements) / len(statements)) if statements else None,
+        "rows_read_per_claim": (sum(rows_read) / len(rows_read))
+        if rows_read and backend == "postgresql"
+        else None,
         "connections": connections,  # mid-round, the server's client backends
         "duplicates": n - len(set(handed)),
         "losses": len({x for o in outs for x in o["unfinished"]} | not_finished),
@@ -560,6 +577,7 @@ HEAD = [
     "DB CPU ms/hand-out",
     "client CPU ms/hand-out",
     "statements/claim",
+    "rows read/claim",
     "connections",
     "duplicates",
     "losses",
@@ -589,6 +607,9 @@ def _row(r: dict) -> dict:
         "statements/claim": "-"
         if r["statements_per_claim"] is None
         else f"{r['statements_per_claim']:.1f}",
+        "rows read/claim": "-"
+        if r.get("rows_read_per_claim") is None
+        else f"{r['rows_read_per_claim']:.1f}",
         "connections": "-" if r["connections"] is None else r["connections"],
         "duplicates": r["duplicates"],
         "losses": r["losses"],
