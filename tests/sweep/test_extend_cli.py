@@ -18,7 +18,7 @@ from trainer.sweep.local import RUNNER_KEY
 from trainer.sweep.search import space
 from trainer.sweep.search.suggest.driver import SchedulerDriver
 from trainer.sweep.store import steering
-from trainer.sweep.store.directory import SweepLayout
+from trainer.sweep.store.directory import SweepLayout, record_wandb
 from trainer.sweep.store.suggestions import SuggestionQueue
 
 LR = {"distribution": "log_uniform_values", "min": 1e-3, "max": 0.1}
@@ -163,3 +163,10 @@ def test_a_sweep_run_by_launcher_jobs_is_recorded_and_says_how_to_start_them(fin
     out = capsys.readouterr().out
     assert "jobs of a Hydra launcher" in out and f"python -m trainer.agent {sweep_id}" in out
     assert space.revision(store) == 2 and len(store.runs()) == 2  # nothing was run here
+
+
+def test_a_wandb_server_sweep_is_refused_with_the_way_on(tmp_path, capsys):
+    record_wandb(SweepLayout.under(tmp_path, "w1"), "team/proj/abc123", "")
+    assert _cli(tmp_path, "extend", "w1", "hydra.sweeper.run_cap=8") == 2
+    err = capsys.readouterr().err
+    assert "team/proj/abc123" in err and "wandb sweep --prior_run" in err

@@ -287,6 +287,14 @@ def _extend_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def extend(args: argparse.Namespace, root: Path) -> int:
     """A new revision of the sweep's definition; its new runs run here unless agents live."""
     defaults = extending.defaults_of(args.default)
+    on_wandb = wandb_sweep(args.sweep, root) if args.storage is None else None
+    if on_wandb is not None:
+        raise extending.ExtendError(
+            f"extend {args.sweep}: the sweep runs on the W&B server ({on_wandb['path']}), which "
+            "refuses to change a started sweep's definition; start a new W&B sweep with the new "
+            "definition (wandb sweep --prior_run RUN_ID tells it earlier runs), or run the "
+            "search on the local backend. Nothing was changed."
+        )
     store, layout, sweep_id = _open(args.sweep, root, args.storage)
     try:
         return extending.extend(
