@@ -12,8 +12,10 @@ import pytest
 
 from tests.sweep.finished_sweep import finished_sweep
 from tests.sweep_commands import TRIAL
+from trainer.sweep import local
 from trainer.sweep.__main__ import main as sweep_cli
 from trainer.sweep.agents.local_agent import LocalAgent
+from trainer.sweep.definition import drift
 from trainer.sweep.local import RUNNER_KEY
 from trainer.sweep.search import space
 from trainer.sweep.search.suggest.driver import SchedulerDriver
@@ -170,3 +172,18 @@ def test_a_wandb_server_sweep_is_refused_with_the_way_on(tmp_path, capsys):
     assert _cli(tmp_path, "extend", "w1", "hydra.sweeper.run_cap=8") == 2
     err = capsys.readouterr().err
     assert "team/proj/abc123" in err and "wandb sweep --prior_run" in err
+
+
+def test_the_command_that_started_an_extended_sweep_resumes_it_as_it_now_stands(finished, capsys):
+    """The sweep command given the definition of an earlier revision resumes the sweep with
+    its current one (a note says so); any other definition is still refused."""
+    root, sweep_id, store, layout = finished
+    assert _cli(root, "extend", sweep_id, "hydra.sweeper.run_cap=6", "--no-run") == 0
+    capsys.readouterr()
+    given = f"hydra.sweeper.sweep_id={sweep_id}"
+    local._same_definition(given, sweep_id, layout, store, CONFIG, "drop it")
+    assert "gives revision 1 of its definition" in capsys.readouterr().out
+    assert store.config["run_cap"] == 6  # the current revision is what runs
+    other = {**CONFIG, "run_cap": 9}
+    with pytest.raises(drift.DefinitionDrift):
+        local._same_definition(given, sweep_id, layout, store, other, "drop it")

@@ -161,8 +161,8 @@ def extend(
         print(
             f"sweep {sweep_id}: its agents ran as jobs of a Hydra launcher, which only the sweep "
             f"command starts: start {hint} in job scripts, or the sweep command with "
-            f"hydra.sweeper.sweep_id={sweep_id}, its launcher and the new definition "
-            f"({layout.yaml})"
+            f"hydra.sweeper.sweep_id={sweep_id} and its launcher, as it was started (it runs "
+            f"the new revision, {layout.yaml})"
         )
         return 0
     options = SweepOptions(

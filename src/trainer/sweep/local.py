@@ -22,7 +22,7 @@ from trainer.sweep.definition import drift, warm_start
 from trainer.sweep.options import AgentHooks, SweepOptions
 from trainer.sweep.report import leaderboard
 from trainer.sweep.report.watch import LiveStatus
-from trainer.sweep.search import dispatch
+from trainer.sweep.search import dispatch, space
 from trainer.sweep.search.repeats import Repeats
 from trainer.sweep.store import steering
 from trainer.sweep.store.database import SweepStore
@@ -90,9 +90,22 @@ def _same_definition(
     given: str, sweep_id: str, layout: SweepLayout, store: SweepStore, config: dict, new_sweep: str
 ) -> None:
     """The sweep command's definition is the sweep's own (drift.check: the difference key by
-    key and the ways on, exit 2). An empty `config` resumes with the stored one, unchecked."""
-    if config and store.config is not None:
-        drift.check(given, sweep_id, layout.yaml, store.config, config, new_sweep)
+    key and the ways on, exit 2). An empty `config` resumes with the stored one, unchecked; so
+    does the definition of an earlier revision (the command that started a sweep extended
+    since: it resumes the sweep as it now stands, its current revision, with a note)."""
+    if not config or store.config is None or not drift.differences(store.config, config):
+        return
+    revisions = store.get(space.REVISIONS_KEY) or []
+    earlier = [r["revision"] for r in revisions if not drift.differences(r["config"], config)]
+    if earlier and earlier[-1] < space.revision(store):
+        print(
+            f"sweep {sweep_id}: this command gives revision {earlier[-1]} of its definition, "
+            f"extended since: resuming with its current revision {space.revision(store)} "
+            f"({layout.yaml})",
+            flush=True,
+        )
+        return
+    drift.check(given, sweep_id, layout.yaml, store.config, config, new_sweep)
 
 
 def _held_definition(config: dict, layout: SweepLayout) -> None:
