@@ -61,21 +61,24 @@ def command(variant: Variant, trials: int, epochs: int) -> list[str]:
     """The whole sweep as a user types it."""
     base = [sys.executable, "-m", "trainer", "-m", SEARCH, *COMMON, f"compile={variant.compile}"]
     base.append(f"trainer.max_epochs={epochs}")
-    if variant.name == "optuna":
+    return [*base, *sweeper_overrides(variant.name, variant.agents, trials)]
+
+
+def sweeper_overrides(name: str, agents: int, trials: int) -> list[str]:
+    """The sweeper's part of a sweep's command line: the Optuna sweeper's, or ours."""
+    if name == "optuna":
         return [
-            *base,
             "hydra/sweeper=optuna",
             f"hydra.sweeper.n_trials={trials}",
             "hydra.sweeper.direction=maximize",
             "hydra.sweeper.sampler.seed=0",
         ]
     return [
-        *base,
         "hydra/sweeper=wandb",
         "hydra.sweeper.method=random",
         f"hydra.sweeper.run_cap={trials}",
         "hydra.sweeper.metric={name: val/acc, goal: maximize}",
-        f"hydra.sweeper.agents={variant.agents}",
+        f"hydra.sweeper.agents={agents}",
     ]
 
 
@@ -138,22 +141,7 @@ PARTS = {
 def short_command(name: str, agents: int, trials: int, steps: int) -> list[str]:
     """1-second trials as a user types the sweep (ours, the Optuna sweeper)."""
     base = [sys.executable, "-m", "trainer", "-m", SEARCH, *SHORT, f"trainer.max_steps={steps}"]
-    if name == "optuna":
-        return [
-            *base,
-            "hydra/sweeper=optuna",
-            f"hydra.sweeper.n_trials={trials}",
-            "hydra.sweeper.direction=maximize",
-            "hydra.sweeper.sampler.seed=0",
-        ]
-    return [
-        *base,
-        "hydra/sweeper=wandb",
-        "hydra.sweeper.method=random",
-        f"hydra.sweeper.run_cap={trials}",
-        "hydra.sweeper.metric={name: val/acc, goal: maximize}",
-        f"hydra.sweeper.agents={agents}",
-    ]
+    return [*base, *sweeper_overrides(name, agents, trials)]
 
 
 def our_parts(store: SweepStore, slots: int) -> tuple[float, float, dict[str, float]]:
