@@ -77,6 +77,31 @@ def test_a_copy_reads_what_another_store_wrote(tmp_path, postgres_if, backend):
 
 
 @pytest.mark.parametrize("backend", _backends())
+def test_an_interrupted_run_resumed_in_place_and_finished_is_not_handed_out_again(
+    tmp_path, postgres_if, backend
+):
+    """A crashed run resumed in place (its row written from an ended state) is read anew by
+    every copy, the claiming store's own included: once it finishes, nothing reruns it."""
+    a, b = _pair(tmp_path, postgres_if, backend)
+    run = _claim(a, "r1")
+    last = tmp_path / "last.pt"
+    last.write_bytes(b"checkpoint")
+    summary = {"status": "interrupted", "paths": {"checkpoint": str(last)}}
+    a.update_held(run.id, os.getpid(), state="crashed", summary=summary)
+    for store in (a, b):
+        assert [r.state for r in store.runs()] == ["crashed"]  # both copies hold it ended
+    again = _claim(a, "r2", rerun_crashed=True)
+    assert again.id == "r1"  # resumed in place
+    assert [r.state for r in b.runs()] == ["running"]
+    a.update_held(run.id, os.getpid(), state="finished", exit_code=0, summary={"status": "ok"})
+    for store in (a, b):
+        assert [(r.id, r.state) for r in store.runs()] == [("r1", "finished")]
+    assert _claim(a, "r3", propose=lambda runs: None, rerun_crashed=True) is None
+    a.close()
+    b.close()
+
+
+@pytest.mark.parametrize("backend", _backends())
 def test_a_claim_reads_histories_only_when_its_proposal_asks(tmp_path, postgres_if, backend):
     a, b = _pair(tmp_path, postgres_if, backend)
     for i in range(3):

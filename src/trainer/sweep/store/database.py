@@ -325,6 +325,8 @@ class SweepStore:
             fields.update(heartbeat_at=time.time(), host=agent.host, devices=to_json(devices))
             fields.update(ticket=claim.ticket)
             db.execute(update(t.runs).where(t.runs.c.id == crashed.id).values(**fields))
+            if crashed.state in TERMINAL:  # a crashed run runs again: every copy reads it anew
+                self.touch(db, [crashed.id])
             return self._rows(db, t.runs.c.id == crashed.id)[0]
         if crashed is not None:
             db.execute(update(t.runs).where(t.runs.c.id == crashed.id).values(superseded=1))
