@@ -99,7 +99,8 @@ def test_refusals_change_nothing(finished, capsys, override, said):
 
 def test_a_cancelled_or_unknown_sweep_is_refused(finished, capsys):
     root, sweep_id, store, layout = finished
-    err = _refused(capsys, root, store, layout, sweep_id[:-1] + "x", "hydra.sweeper.run_cap=6")
+    typo = sweep_id[:-1] + ("x" if sweep_id[-1] != "x" else "y")  # one letter off, always
+    err = _refused(capsys, root, store, layout, typo, "hydra.sweeper.run_cap=6")
     assert f"did you mean {sweep_id}?" in err
     store.set("state", "running")
     store.steer("cancel", sweep_id, "ada@node1")

@@ -78,4 +78,5 @@ def test_another_metric_model_or_data_set_is_refused(tmp_path, change, said):
 def test_an_unknown_sweep_says_did_you_mean(tmp_path):
     earlier, _ = finished_sweep(tmp_path, CONFIG, RUNS)
     with pytest.raises(UnknownSweep, match=f"did you mean {earlier}"):
-        gather(earlier[:-1] + "x", CONFIG, tmp_path, None)
+        typo = earlier[:-1] + ("x" if earlier[-1] != "x" else "y")  # one letter off, always
+        gather(typo, CONFIG, tmp_path, None)
