@@ -10,6 +10,7 @@ import resource
 import signal
 import sys
 import time
+import weakref
 
 
 def record(path: str) -> None:
@@ -27,6 +28,8 @@ def record(path: str) -> None:
         "sigusr2": repr(signal.getsignal(signal.SIGUSR2)),
         "main": __name__,
         "stdin_is_tty": sys.stdin.isatty() if sys.stdin else None,
+        # finalizers its exit would run: a new process has none of the template's
+        "exit_finalizers": sum(f.atexit for f in list(weakref.finalize._registry)),
     }
     with open(path, "w") as handle:
         json.dump(seen, handle)

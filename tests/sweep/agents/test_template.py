@@ -87,7 +87,7 @@ def test_a_forked_trial_sees_what_a_new_process_sees(template, tmp_path):
     assert template.set_by_imports and set(template.set_by_imports) <= set(forked["env"])
     plain["env"] = {**template.set_by_imports, **plain["env"]}
     signals = ("sigint", "sigterm", "sighup", "sigusr2")
-    for key in ("argv", "path", "env", "cwd", "affinity", *signals, "main"):
+    for key in ("argv", "path", "env", "cwd", "affinity", *signals, "main", "exit_finalizers"):
         assert forked[key] == plain[key], key
     assert forked["pid"] == trial.pid != template.process.pid
     assert forked["sid"] == forked["pid"]  # its own session, as start_new_session gives

@@ -1,0 +1,128 @@
+"""A trial composed from what its template kept gets exactly the config a full composition gives:
+its own values, `+` keys, run directory and `hydra.overrides`; another group choice, a config
+file changed on disk or a command line that does not compose is composed in full."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hydra._internal import config_loader_impl
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra._internal.config_repository import ConfigRepository
+from omegaconf import OmegaConf
+
+from trainer.config.overrides import TRAIN, compose, parse_argv
+from trainer.sweep.agents import compose_cache
+
+FIXED = ["data=digits", "logger=none", "compile=off", "hydra.mode=RUN"]
+
+
+@pytest.fixture
+def cache():
+    """compose_cache installed as a template installs it; Hydra's own steps back afterwards."""
+    saved = (
+        config_loader_impl.create_defaults_list,
+        ConfigLoaderImpl._compose_config_from_defaults_list,
+        ConfigRepository.load_config,
+    )
+    compose_cache.install()
+    try:
+        yield compose_cache
+    finally:
+        (
+            config_loader_impl.create_defaults_list,
+            ConfigLoaderImpl._compose_config_from_defaults_list,
+            ConfigRepository.load_config,
+        ) = saved
+        compose_cache._kept.clear()
+        compose_cache._warmed.clear()
+
+
+def _compose(args: list[str]):
+    parsed = parse_argv(["trainer", *args])
+    cfg = compose(TRAIN, parsed[0], parsed[0].overrides)
+    cfg.hydra.runtime.cwd = "<cwd>"
+    return OmegaConf.to_yaml(cfg)
+
+
+def _full(args: list[str]) -> str:
+    """The composition without anything kept."""
+    kept, compose_cache._kept = compose_cache._kept, {}
+    try:
+        return _compose(args)
+    finally:
+        compose_cache._kept = kept
+
+
+def _hits(monkeypatch) -> list[bool]:
+    """Whether each later composition took its defaults list from what was kept."""
+    hits, inner = [], compose_cache._inner_defaults
+
+    def counted(**kwargs):
+        hits.append(False)
+        return inner(**kwargs)
+
+    monkeypatch.setattr(compose_cache, "_inner_defaults", counted)
+    return hits
+
+
+def test_a_trial_with_other_values_gets_the_full_compositions_config(cache, tmp_path, monkeypatch):
+    cache.warm(["model=small_cnn", *FIXED, "optimizer.lr=0.1", f"hydra.run.dir={tmp_path}/0"], ".")
+    assert len(cache._kept) == 1 and next(iter(cache._kept.values())).cfg is not None
+    trial = [
+        "model=small_cnn", *FIXED, "optimizer.lr=0.02", "trainer.seed=4", "+extra.note=x",
+        f"hydra.run.dir={tmp_path}/1",
+    ]  # fmt: skip
+    want = _full(trial)
+    misses = _hits(monkeypatch)
+    assert _compose(trial) == want
+    assert misses == []  # its defaults list and merged config were the kept ones
+    assert "lr: 0.02" in want and "note: x" in want and f"{tmp_path}/1" in want
+
+
+def test_another_group_choice_is_composed_in_full(cache, monkeypatch):
+    cache.warm(["model=small_cnn", *FIXED], ".")
+    trial = ["model=resnet18", *FIXED, "optimizer.lr=0.02"]
+    want = _full(trial)
+    misses = _hits(monkeypatch)
+    assert _compose(trial) == want
+    assert misses == [False]
+
+
+def test_a_config_file_changed_on_disk_is_read_again(cache, tmp_path, monkeypatch):
+    (tmp_path / "model").mkdir()
+    option = tmp_path / "model" / "mine.yaml"
+    option.write_text("defaults:\n  - small_cnn\n  - _self_\nwidth: 8\n")
+    args = ["--config-dir", str(tmp_path), "model=mine", *FIXED]
+    cache.warm(args, ".")
+    assert len(cache._kept) == 1
+    option.write_text("defaults:\n  - small_cnn\n  - _self_\nwidth: 24\n")
+    os.utime(option, ns=(0, 1))  # another mtime, whatever the file system's resolution
+    misses = _hits(monkeypatch)
+    assert "width: 24" in _compose(args)
+    assert misses == [False]
+
+
+def test_a_template_composes_each_set_of_group_choices_once(cache, monkeypatch):
+    cache.warm(["model=small_cnn", *FIXED, "optimizer.lr=0.1"], ".")
+    composed = []
+    monkeypatch.setattr(cache, "compose", lambda *a: composed.append(a))
+    cache.warm(["model=small_cnn", *FIXED, "optimizer.lr=0.3", "hydra.run.dir=/elsewhere"], ".")
+    assert composed == []  # only dotted values changed: the same group choices
+
+
+def test_a_command_line_that_does_not_compose_keeps_nothing(cache, capsys):
+    cache.warm(["model=no_such_model", *FIXED], ".")
+    cache.warm(["model=small_cnn", *FIXED, "-m"], ".")  # a sweep, not one run
+    assert cache._kept == {}
+    assert capsys.readouterr() == ("", "")  # the trial reports it
+
+
+def test_warm_resolves_a_relative_config_dir_from_the_trials_folder(cache, tmp_path):
+    (tmp_path / "conf" / "model").mkdir(parents=True)
+    (tmp_path / "conf" / "model" / "mine.yaml").write_text("defaults:\n  - small_cnn\n")
+    here = Path.cwd()
+    cache.warm(["--config-dir", "conf", "model=mine", *FIXED], str(tmp_path))
+    assert Path.cwd() == here and len(cache._kept) == 1
