@@ -1,6 +1,7 @@
 """Where a sweep trial's own start-up and exit go, phase by phase: trials forked from a process
-that imported what the trial template imports (as a template's trials are), each run as the
-template runs it (`run_as_main`), with named steps timed (wall ms, median of the trials).
+that imported what the trial template imports and keeps what it composed (as a template's trials
+are), each run as the template runs it (`run_as_main`), with named steps timed (wall ms, median of
+the trials; the first trial composes in full, as a template's first does).
 benchmarks.sweep_peers runs it beside its 1-second trials; it prints one JSON object.
 
     python -m benchmarks.trial_phases --trials 5 --steps 120 [override ...]
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import importlib
 import json
 import os
@@ -20,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer.sweep.agents import template
+from trainer.sweep.agents import compose_cache, template
 
 # (module, attribute, phase): the steps of a trial's start-up, timed where they are called.
 STEPS = [
@@ -70,6 +72,7 @@ def one_trial(args: list[str], times: dict[str, float]) -> None:
     run_module.fit = fit_timed
     for module, attribute, phase in STEPS:
         _timed(times, module, attribute, phase)
+    template.forget_template_finalizers()
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
@@ -89,6 +92,9 @@ def main(argv: list[str] | None = None) -> None:
     for name in template._preimports(["--no-compiler", "--no-wandb"]):
         importlib.import_module(name)
     importlib.import_module("hydra.core.plugins").Plugins.instance()
+    compose_cache.install()  # as the template: trials compose from what it kept
+    gc.collect()
+    gc.freeze()
     rows: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.trials):
@@ -105,6 +111,7 @@ def main(argv: list[str] | None = None) -> None:
                     os.write(write, json.dumps(times).encode())
                     os._exit(0)
             os.close(write)
+            compose_cache.warm(trial, os.getcwd())  # as the template does after each fork
             with os.fdopen(read) as pipe:
                 times = json.loads(pipe.read() or "{}")
             os.waitpid(pid, 0)

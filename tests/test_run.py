@@ -9,11 +9,13 @@ import pytest
 import torch
 import torchvision
 import yaml
+from omegaconf import OmegaConf
 
 from tests.conftest import FAST
 from tests.wandb_records import run_config, run_history, run_metrics
 from trainer.config.schema import ConfigError
-from trainer.run import run
+from trainer.preflight import check_schema
+from trainer.run import resolved_config, run
 from trainer.train import checkpoint as ckpt
 
 
@@ -266,3 +268,19 @@ def test_sweep_params_that_disagree_stop_the_run(cfg_factory, tmp_path, monkeypa
         cfg_factory(*FAST, "optimizer.lr=0.5", "trainer.max_epochs=1"), run_dir=tmp_path / "ok"
     )
     assert "val/acc" in result
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        (),
+        ("model=resnet18", "+model.kwargs.zero_init_residual=true", "optimizer=adamw"),
+        ("compile.options={max_autotune: true, coordinate_descent_tuning: false}",),
+        ("data=fake", "data.image_shape=[3,16,16]", "trainer.resume=auto"),
+    ],
+)
+def test_the_runs_kept_config_is_omegaconfs_plain_container(cfg_factory, overrides):
+    """The config a checkpoint and the summary keep: a dataclass copy of the checked config,
+    the same plain dicts, lists and values as OmegaConf's round trip."""
+    conf = check_schema(cfg_factory(*overrides))
+    assert resolved_config(conf) == OmegaConf.to_container(OmegaConf.structured(conf), resolve=True)

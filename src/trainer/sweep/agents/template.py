@@ -186,14 +186,18 @@ def become_trial(
         os.environ.setdefault(key, value)
     if request.cores and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, request.cores)
-    # The template's finalizers (201 of torch's operator libraries, from the imports) clean up
-    # objects of the template; a new process would have none to run at its exit, where they
-    # cost 40 ms. The trial's own still run. (`finalize` keeps them in `_registry` since 3.4.)
-    for finalizer in list(getattr(weakref.finalize, "_registry", ())):
-        finalizer.atexit = False
+    forget_template_finalizers()
     if "numpy" in sys.modules:  # a fresh process seeds numpy's global generator from the OS
         sys.modules["numpy"].random.seed()
     sys.argv = ["-m", *request.args]  # runpy puts the module's file first, as `-m` does
+
+
+def forget_template_finalizers() -> None:
+    """In a forked trial: the template's finalizers (201 of torch's operator libraries, from the
+    imports) clean up objects of the template; a new process would have none to run at its exit,
+    where they cost 40 ms. The trial's own still run. (`finalize` keeps them in `_registry`.)"""
+    for finalizer in list(getattr(weakref.finalize, "_registry", ())):
+        finalizer.atexit = False
 
 
 def _preimports(flags: list[str]) -> list[str]:
