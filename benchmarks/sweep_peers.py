@@ -374,9 +374,10 @@ def report_short(
         lines += [
             "",
             "Our trial's start-up and exit, phase by phase (benchmarks.trial_phases: trials "
-            "forked one at a time from a process with the template's imports and run as the "
-            "template runs them, named steps timed; ms, median of 5 trials a round, medians of "
-            "the rounds):",
+            "forked one at a time from a process with the template's imports and what it "
+            "composed, and run as the template runs them, named steps timed; ms, median of 5 "
+            "trials a round, medians of the rounds; the phases of a trial in the sweep run "
+            "beside another trial's on the 2 CPUs, so they take longer there):",
             "",
             *md_table.table(
                 [
