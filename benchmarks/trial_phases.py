@@ -22,20 +22,25 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer.sweep.agents import compose_cache, template
+from trainer.sweep.agents import template
 
 # (module, attribute, phase): the steps of a trial's start-up, timed where they are called.
 STEPS = [
     ("hydra._internal.hydra", "Hydra.compose_config", "Hydra: compose"),
+    ("hydra.core.hydra_config", "HydraConfig.set_config", "Hydra: job config"),
     ("hydra.core.utils", "_save_config", "Hydra: .hydra/ files"),
     ("hydra.core.utils", "configure_log", "Hydra: logging"),
     ("trainer.run", "validate", "checks (schema, machine)"),
     ("trainer.run", "build_run_data", "data"),
     ("trainer.run", "build_state", "model, optimizer, state"),
     ("trainer.run", "open_compile_cache", "compile cache session"),
+    ("trainer.run", "compile_model", "compile decision"),
+    ("trainer.run", "open_tracker", "tracker"),
 ]
+# After training (in "exit"): the summary's terminal lines.
+EXIT_STEPS = [("trainer.run", "print_summary", "exit: summary printed")]
 STARTUP = "start-up, all"  # fork to training set up (FitPlan)
-REST = "start-up, the rest"  # argv checks, Hydra's set-up, run dir, seeding, what is untimed
+REST = "start-up, the rest"  # argv checks (runpy's __main__: not patchable), run dir, seeding, ...
 EXIT = "exit"  # training's end (summary written) to the process's end
 
 
@@ -70,7 +75,7 @@ def one_trial(args: list[str], times: dict[str, float]) -> None:
             ends["fit"] = time.perf_counter()
 
     run_module.fit = fit_timed
-    for module, attribute, phase in STEPS:
+    for module, attribute, phase in STEPS + EXIT_STEPS:
         _timed(times, module, attribute, phase)
     template.forget_template_finalizers()
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -89,10 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=120)
     parser.add_argument("overrides", nargs="*", help="every trial's fixed overrides")
     args = parser.parse_args(argv)
-    for name in template._preimports(["--no-compiler", "--no-wandb"]):
-        importlib.import_module(name)
-    importlib.import_module("hydra.core.plugins").Plugins.instance()
-    compose_cache.install()  # as the template: trials compose from what it kept
+    warm = template.prepare(["--no-compiler", "--no-wandb"])  # as the template prepares
     gc.collect()
     gc.freeze()
     rows: list[dict[str, float]] = []
@@ -111,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
                     os.write(write, json.dumps(times).encode())
                     os._exit(0)
             os.close(write)
-            compose_cache.warm(trial, os.getcwd())  # as the template does after each fork
+            warm(trial, os.getcwd())  # as the template does after each fork
             with os.fdopen(read) as pipe:
                 times = json.loads(pipe.read() or "{}")
             os.waitpid(pid, 0)
@@ -119,7 +121,9 @@ def main(argv: list[str] | None = None) -> None:
                 raise SystemExit(f"trial {i} failed: {times}")
             rows.append(times)
     phases = [p for _, _, p in STEPS]
-    result = {p: statistics.median(r.get(p, 0.0) for r in rows) for p in [STARTUP, *phases, EXIT]}
+    ends = [p for _, _, p in EXIT_STEPS]
+    named = [STARTUP, *phases, EXIT, *ends]
+    result = {p: statistics.median(r.get(p, 0.0) for r in rows) for p in named}
     result[REST] = result[STARTUP] - sum(result[p] for p in phases)
     print(json.dumps(result))
 

@@ -250,8 +250,37 @@ def _raw(dataset: Any) -> TensorDataset:
     return TensorDataset(images, torch.as_tensor(dataset.targets, dtype=torch.long))
 
 
+# Sets whose files do not change while a sweep runs (scikit-learn's, generated, torchvision's
+# downloads): a trial template may keep one in memory for the trials it forks (`keep`).
+KEEPABLE = ("digits", "fake", *TORCHVISION)
+_kept: tuple[str, Splits] | None = None  # (what determines it, the set): the latest kept
+
+
+def _kept_key(cfg: DataConfig, target: StoredFormat, in_memory: bool) -> str | None:
+    return repr((cfg, target)) if in_memory and cfg.name in KEEPABLE else None
+
+
+def keep(cfg: DataConfig, target: StoredFormat, *, workers: int) -> None:
+    """Load `cfg`'s in-memory set as a run would and keep it (one set: the latest), so that
+    processes forked from this one (a sweep's trial template's trials) find it loaded; they share
+    its pages until one writes to them. Nothing for a set KEEPABLE leaves out."""
+    global _kept
+    key = _kept_key(cfg, target, True)
+    if key is not None and (_kept is None or _kept[0] != key):
+        _kept = None  # the previous one goes first
+        _kept = (key, _load(cfg, target, in_memory=True, workers=workers))
+
+
 def load(cfg: DataConfig, target: StoredFormat, *, in_memory: bool, workers: int) -> Splits:
-    """`cfg`'s data set in the stored layout: decoded once (`in_memory`) or per sample."""
+    """`cfg`'s data set in the stored layout: decoded once (`in_memory`) or per sample; the set
+    `keep` kept when it is the same one."""
+    key = _kept_key(cfg, target, in_memory)
+    if key is not None and _kept is not None and _kept[0] == key:
+        return _kept[1]
+    return _load(cfg, target, in_memory=in_memory, workers=workers)
+
+
+def _load(cfg: DataConfig, target: StoredFormat, *, in_memory: bool, workers: int) -> Splits:
     if cfg.name == "digits":
         # lazy: scikit-learn costs 0.6 s at start-up; only data=digits reads it
         from sklearn.datasets import load_digits

@@ -130,27 +130,27 @@ def install() -> None:
     ConfigRepository.load_config = _load_config  # type: ignore[method-assign]
 
 
-def warm(args: list[str], cwd: str) -> None:
-    """Compose `python -m trainer *args` (run from `cwd`) as its trial will, and keep its
-    defaults list and merged config for the trials forked after it; nothing when a trial with the
-    same group choices was composed already. Prints nothing; a command line that does not
-    compose is left to the trial, which reports why."""
+def warm(args: list[str], cwd: str) -> Any:
+    """Compose `python -m trainer *args` (run from `cwd`) as its trial will, keep its defaults
+    list and merged config for the trials forked after it, and return the config; None when a
+    trial with the same group choices was composed already. Prints nothing; a command line that
+    does not compose is left to the trial, which reports why (None)."""
     global _reading
     seen = (cwd, *(a for a in args if not _VALUE.match(a)))
     if seen in _warmed or len(_warmed) >= MAX_KEPT:
-        return
+        return None
     _warmed.add(seen)
     parsed = parse_argv(["trainer", *args])
     if parsed is None or any(getattr(parsed[0], flag, None) for flag in _COMMANDS):
-        return
+        return None
     here, _reading = os.getcwd(), {}
     try:
         os.chdir(cwd)  # relative --config-dir and search paths, as the trial resolves them
         with warnings.catch_warnings():  # the trial's own composition shows them
             warnings.simplefilter("ignore")
-            compose(TRAIN, parsed[0], parsed[0].overrides)
-    except Exception:  # noqa: BLE001, S110 (the trial composes it in full and says why)
-        return
+            return compose(TRAIN, parsed[0], parsed[0].overrides)
+    except Exception:  # noqa: BLE001 (the trial composes it in full and says why)
+        return None
     finally:
         _reading = None
         os.chdir(here)

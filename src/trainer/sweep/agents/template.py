@@ -209,6 +209,40 @@ def _preimports(flags: list[str]) -> list[str]:
     ]
 
 
+class PrepareError(Exception):
+    """What the template could not import or prepare."""
+
+
+def prepare(flags: list[str]) -> Callable[[list[str], str], None]:
+    """What every trial would otherwise do at its start or end, done once in the template: the
+    imports (`_preimports(flags)`), Hydra's plugin discovery, compositions and in-memory data
+    sets kept for the trials (compose_cache, kept_data: the returned `warm(args, cwd)` keeps a
+    trial's after the template forked it) and rich's first table. PrepareError names a step
+    that failed."""
+    name = "?"
+    try:
+        for name in _preimports(flags):
+            importlib.import_module(name)
+        name = "Hydra's plugins"  # discovered (each plugin imported) once for all trials
+        importlib.import_module("hydra.core.plugins").Plugins.instance()
+        name = "trainer.sweep.agents.compose_cache"  # imports Hydra: after PREIMPORT
+        compose_cache = importlib.import_module(name)
+        compose_cache.install()
+        name = "trainer.sweep.agents.kept_data"  # the data set its trials train on
+        kept_data = importlib.import_module(name)
+        name = "trainer.outputs.console"  # the table each trial prints at its end
+        importlib.import_module(name).warm_up()
+    except Exception as err:
+        raise PrepareError(f"importing {name} failed: {type(err).__name__}: {err}") from err
+
+    def warm(args: list[str], cwd: str) -> None:
+        cfg = compose_cache.warm(args, cwd)
+        if cfg is not None:
+            kept_data.keep(cfg)
+
+    return warm
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     sock = socket.socket(fileno=int(argv[0]))
@@ -217,15 +251,9 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, signal.SIG_IGN)
     before = dict(os.environ)
     try:
-        for name in _preimports(argv):
-            importlib.import_module(name)
-        name = "Hydra's plugins"  # discovered (each plugin imported) once for all trials
-        importlib.import_module("hydra.core.plugins").Plugins.instance()
-        name = "trainer.sweep.agents.compose_cache"  # imports Hydra: after PREIMPORT
-        compose_cache = importlib.import_module(name)
-        compose_cache.install()
-    except Exception as err:  # reported to the agent, which then starts trials as processes
-        send(sock, {"error": f"importing {name} failed: {type(err).__name__}: {err}"})
+        warm = prepare(argv)
+    except PrepareError as err:  # reported to the agent, which then starts trials as processes
+        send(sock, {"error": str(err)})
         return 1
     # Variables the imports set (scikit-learn's KMP_* defaults): a new process's imports would
     # set them again, a fork's do not, so each trial gets them as defaults.
@@ -235,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     gc.collect()
     gc.freeze()
     send(sock, {"ready": os.getpid(), "python": sys.executable, "set_by_imports": set_by_imports})
-    request = serve(sock, compose_cache.warm)
+    request = serve(sock, warm)
     if request is None:  # nothing to write or close: skip the teardown of a torch process
         sys.stdout.flush()
         sys.stderr.flush()
