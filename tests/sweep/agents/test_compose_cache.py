@@ -38,6 +38,7 @@ def cache():
         ) = saved
         compose_cache._kept.clear()
         compose_cache._warmed.clear()
+        compose_cache._files.clear()
 
 
 def _compose(args: list[str]):

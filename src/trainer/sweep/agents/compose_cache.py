@@ -12,7 +12,6 @@ the same config name, search path and group choices; anything else composes in f
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import os
@@ -46,6 +45,8 @@ class _Kept:
 _kept: dict[tuple, _Kept] = {}
 _warmed: set[tuple] = set()  # (cwd, arguments other than dotted values) composed already
 _reading: dict[str, tuple[int, int]] | None = None  # while the template composes: files read
+# Config files the template read: (search path folder, config path) -> (stamp, Hydra's result)
+_files: dict[tuple[str, str], tuple[tuple[int, int], Any]] = {}
 
 
 def _stamp(path: str) -> tuple[int, int]:
@@ -108,13 +109,24 @@ def _compose_from_defaults(self: Any, defaults: list, repo: Any) -> Any:
 
 
 def _load_config(self: Any, config_path: str) -> Any:
-    if _reading is not None:  # stamped before reading: a change while it reads is a change
-        source = self._find_object_source(config_path=config_path, object_type=ObjectType.CONFIG)
-        if source is not None and source.scheme() == "file":
-            path = os.path.join(source.path, source._normalize_file_name(config_path))
-            with contextlib.suppress(OSError):  # missing: Hydra raises its own error next
-                _reading[os.path.realpath(path)] = _stamp(path)
-    return _inner_load(self, config_path=config_path)
+    """Hydra's read of one config: a file the template read is handed out again (a copy) while
+    it is unchanged on disk (the primary config, which every composition reads first)."""
+    source = self._find_object_source(config_path=config_path, object_type=ObjectType.CONFIG)
+    if source is None or source.scheme() != "file":
+        return _inner_load(self, config_path=config_path)
+    path = os.path.realpath(os.path.join(source.path, source._normalize_file_name(config_path)))
+    try:
+        stamp = _stamp(path)  # before reading: a change while it reads is a change
+    except OSError:  # missing: Hydra raises its own error
+        return _inner_load(self, config_path=config_path)
+    read = _files.get((source.path, config_path))
+    if read is not None and read[0] == stamp:
+        return copy.deepcopy(read[1])
+    result = _inner_load(self, config_path=config_path)
+    if _reading is not None:
+        _reading[path] = stamp
+        _files[(source.path, config_path)] = (stamp, copy.deepcopy(result))
+    return result
 
 
 _inner_defaults = config_loader_impl.create_defaults_list
