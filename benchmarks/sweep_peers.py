@@ -376,8 +376,9 @@ def report_short(
             "Our trial's start-up and exit, phase by phase (benchmarks.trial_phases: trials "
             "forked one at a time from a process with the template's imports and what it "
             "composed, and run as the template runs them, named steps timed; ms, median of 5 "
-            "trials a round, medians of the rounds; the phases of a trial in the sweep run "
-            "beside another trial's on the 2 CPUs, so they take longer there):",
+            "trials a round, medians of the rounds; in a sweep a trial's phases share the 2 "
+            "CPUs with its agent and template, and another trial's with 2 agents, so they take "
+            "a little longer there):",
             "",
             *md_table.table(
                 [
