@@ -257,7 +257,10 @@ _kept: tuple[str, Splits] | None = None  # (what determines it, the set): the la
 
 
 def _kept_key(cfg: DataConfig, target: StoredFormat, in_memory: bool) -> str | None:
-    return repr((cfg, target)) if in_memory and cfg.name in KEEPABLE else None
+    """What determines a keepable set (None: not kept). A set to download is not kept: the
+    template would fetch it at the same time as the trial it forked."""
+    keepable = in_memory and cfg.name in KEEPABLE and not cfg.download
+    return repr((cfg, target)) if keepable else None
 
 
 def keep(cfg: DataConfig, target: StoredFormat, *, workers: int) -> None:

@@ -14,6 +14,8 @@ from hydra._internal.config_repository import ConfigRepository
 from omegaconf import OmegaConf
 
 from trainer.config.overrides import TRAIN, compose, parse_argv
+from trainer.config.schema import DataConfig
+from trainer.data import stored
 from trainer.sweep.agents import compose_cache
 
 FIXED = ["data=digits", "logger=none", "compile=off", "hydra.mode=RUN"]
@@ -104,6 +106,29 @@ def test_a_config_file_changed_on_disk_is_read_again(cache, tmp_path, monkeypatc
     misses = _hits(monkeypatch)
     assert "width: 24" in _compose(args)
     assert misses == [False]
+
+
+def test_a_file_two_kept_compositions_share_is_checked_for_both(cache, tmp_path, monkeypatch):
+    """The second composition reads the shared file from what the first kept: it still counts
+    among the files its own composition depends on."""
+    (tmp_path / "data").mkdir()
+    shared = tmp_path / "data" / "mine.yaml"
+    shared.write_text("defaults:\n  - digits\n  - _self_\nbatch_size: 16\n")
+    common = ["--config-dir", str(tmp_path), "data=mine", "logger=none", "hydra.mode=RUN"]
+    cache.warm(["model=small_cnn", *common], ".")
+    cache.warm(["model=resnet18", *common], ".")
+    assert len(cache._kept) == 2
+    shared.write_text("defaults:\n  - digits\n  - _self_\nbatch_size: 48\n")
+    os.utime(shared, ns=(0, 1))
+    misses = _hits(monkeypatch)
+    assert "batch_size: 48" in _compose(["model=resnet18", *common])
+    assert misses == [False]
+
+
+def test_a_set_to_download_is_not_kept():
+    """The template would fetch it while the trial it just forked does."""
+    assert stored._kept_key(DataConfig(name="mnist", download=True), None, True) is None
+    assert stored._kept_key(DataConfig(name="mnist"), None, True) is not None
 
 
 def test_a_template_composes_each_set_of_group_choices_once(cache, monkeypatch):

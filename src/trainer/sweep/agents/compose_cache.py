@@ -119,12 +119,13 @@ def _load_config(self: Any, config_path: str) -> Any:
         stamp = _stamp(path)  # before reading: a change while it reads is a change
     except OSError:  # missing: Hydra raises its own error
         return _inner_load(self, config_path=config_path)
+    if _reading is not None:  # every file a kept composition read, kept already or not
+        _reading[path] = stamp
     read = _files.get((source.path, config_path))
     if read is not None and read[0] == stamp:
         return copy.deepcopy(read[1])
     result = _inner_load(self, config_path=config_path)
     if _reading is not None:
-        _reading[path] = stamp
         _files[(source.path, config_path)] = (stamp, copy.deepcopy(result))
     return result
 
