@@ -125,7 +125,9 @@ def test_kill_9_then_resume_continues_the_same_study(tmp_path):
         "run_cap": 8,
         "scheduler": {"engine": "optuna"},
         "parameters": {"optimizer.lr": LR},
-        "command": [*TRIAL, "trainer.max_epochs=2", "trainer.max_steps=3"],
+        # trials of about a second: the moment with two finished and two running lasts long
+        # enough to be seen (3-step trials ended in 0.3 s and the sweep could end unseen)
+        "command": [*TRIAL, "trainer.max_epochs=2", "trainer.max_steps=40"],
     }
     sweeper = subprocess.Popen(
         [sys.executable, "-c", SWEEPER % (config,), str(tmp_path)],

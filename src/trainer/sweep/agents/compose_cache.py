@@ -5,8 +5,9 @@ composed for an earlier trial with the same config-group choices. What depends o
 own command line (its values, `hydra.overrides`, `hydra.runtime`, `hydra.job`) Hydra still
 applies itself, so a trial gets exactly the config a full composition gives (tested).
 
-The template `install`s the two steps' wrappers, and `warm`s after forking each trial whose
-group choices it has not composed yet; a forked trial inherits what it kept. A kept composition
+The template `install`s wrappers of the two steps and of Hydra's config-file reads, and
+`warm`s after forking each trial whose group choices it has not composed yet; a forked trial
+inherits what it kept. A kept composition
 is used only while every config file it read is unchanged on disk (size and mtime), and only for
 the same config name, search path and group choices; anything else composes in full."""
 

@@ -126,7 +126,7 @@ def serve(
 ) -> Request | None:
     """Fork a trial for every request until the agent closes its end (None, in the template);
     in a forked child, return its request. After forking a `trainer` trial, the template calls
-    `warm(args, cwd)` (compose_cache.warm: the trials after it compose faster)."""
+    `warm(args, cwd)` (`prepare`'s: the trials after it find its composition and data kept)."""
     children: dict[int, int | None] = {}  # running trials: pid -> its pidfd (None: polled)
     while True:
         watched = [fd for fd in children.values() if fd is not None]
