@@ -17,6 +17,7 @@ from tests.sweep_commands import TRIAL
 from trainer.sweep.__main__ import main as sweep_cli
 from trainer.sweep.local import run_sweep
 from trainer.sweep.options import SweepOptions
+from trainer.sweep.store.database import SweepStore
 
 pytestmark = pytest.mark.slow
 CHROMIUM, DRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
@@ -127,7 +128,13 @@ def test_the_page_shows_every_run_and_chart_and_a_new_run_without_reload(tmp_pat
         subprocess.run([*agent, "--count", "1"], check=True, capture_output=True, timeout=300)
         print(f"third run: {time.monotonic() - started:.1f} s")
         ended = {"finished", "stopped"}
-        _wait(lambda: len(_rows(driver)) == 3 and set(_rows(driver).values()) <= ended, 30)
+        try:
+            _wait(lambda: len(_rows(driver)) == 3 and set(_rows(driver).values()) <= ended, 60)
+        except AssertionError:  # what the page showed against the store, to tell which lags
+            db = tmp_path / "sweeps" / sweep_id / "sweep.db"
+            stored = {r.id: r.state for r in SweepStore(db).runs()}
+            status = driver.find_element("id", "status").text
+            raise AssertionError(f"page rows {_rows(driver)}, store {stored}, {status}") from None
         _drawn(driver, "importance")  # three finished runs: Optuna's importance now
         assert driver.execute_script("return window.notReloaded") is True
         _save_screenshot(driver, tmp_path)
