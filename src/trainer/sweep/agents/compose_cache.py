@@ -160,7 +160,7 @@ def warm(args: list[str], cwd: str) -> Any:
     here, _reading = os.getcwd(), {}
     try:
         os.chdir(cwd)  # relative --config-dir and search paths, as the trial resolves them
-        with warnings.catch_warnings():  # the trial's own composition shows them
+        with warnings.catch_warnings():  # not the template's to print (see docs/agents.md)
             warnings.simplefilter("ignore")
             return compose(TRAIN, parsed[0], parsed[0].overrides)
     except Exception:  # noqa: BLE001 (the trial composes it in full and says why)
