@@ -28,7 +28,8 @@ from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import ColumnElement, Connection, Integer, any_, bindparam, select
+from sqlalchemy.dialects.postgresql import ARRAY
 
 from trainer.sweep.store import tables as t
 from trainer.sweep.store.records import TERMINAL, RunRecord
@@ -48,6 +49,15 @@ _PARSED = tuple(
 
 def _seq(row: tuple) -> int:
     return row[SEQ]
+
+
+def _among(db: Connection, seqs: list[int]) -> ColumnElement[bool]:
+    """`runs.seq IN seqs`; on PostgreSQL as `= ANY(array)`, one parameter whatever their
+    number, so that the statement's text stays the same from sync to sync (compiled and
+    prepared once, not rendered anew with each count of runs)."""
+    if db.dialect.name == "postgresql":
+        return t.runs.c.seq == any_(bindparam("open_seqs", seqs, type_=ARRAY(Integer)))
+    return t.runs.c.seq.in_(seqs)
 
 
 class StoredRun(RunRecord):
@@ -161,7 +171,7 @@ class KnownRuns:
         counter = select(t.revision.c.n).scalar_subquery()
         changed = r.state.in_(OPEN_STATES) | (r.seq > self.max_seq) | (r.changed > self.revision)
         if self.open:  # and the runs that had not ended: some may have ended since
-            changed |= r.seq.in_(list(self.open))
+            changed |= _among(db, list(self.open))
         revision = None
         # sorted here: an ORDER BY would make SQLite scan the table in seq order
         for row in sorted(db.execute(select(t.runs, counter).where(changed)), key=_seq):
