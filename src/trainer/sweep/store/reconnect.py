@@ -6,7 +6,6 @@ SQLite stores never retry (their busy timeout already waits for the lock)."""
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import time
 from collections.abc import Callable
@@ -14,14 +13,13 @@ from typing import Any, TypeVar
 
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from trainer.sweep.store.storage import Storage, unreachable_error
+from trainer.sweep.store.storage import RETRIED, Storage, unreachable_error
 
 RETRY_S = 60.0  # how long an operation waits for its server to come back
 FIRST_WAIT_S = 0.2
 LONGEST_WAIT_S = 5.0
 
 F = TypeVar("F", bound=Callable[..., Any])
-_inside = contextvars.ContextVar("sweep_store_retrying", default=False)
 
 
 def _storage(owner: Any) -> Storage:
@@ -52,12 +50,12 @@ def retrying(method: F) -> F:
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         storage = _storage(self)
-        if storage.is_sqlite or _inside.get():
+        if storage.is_sqlite or RETRIED.get():
             return method(self, *args, **kwargs)
-        token = _inside.set(True)
+        token = RETRIED.set(True)
         try:
             return attempts(lambda: method(self, *args, **kwargs), storage)
         finally:
-            _inside.reset(token)
+            RETRIED.reset(token)
 
     return wrapper  # type: ignore[return-value]

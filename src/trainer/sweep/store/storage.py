@@ -5,21 +5,24 @@ Optuna's `storage=`), that PostgreSQL server, through psycopg 3 (the `[postgres]
 The password comes from the URL, `PGPASSWORD` or `~/.pgpass` (libpq reads the last two) and is
 never stored or printed: `Storage.shown` is the URL without it. Engines: SQLite keeps WAL, a
 60 s busy timeout and `BEGIN IMMEDIATE` for writers (SQLAlchemy's pysqlite recipe); PostgreSQL
-pings pooled connections before use and gives each sweep its own schema `sweep_<id>`. A
+pings pooled connections before use (`_ping_when_needed`) and gives each sweep its own schema
+`sweep_<id>`. A
 reader's engine (`read_only=True`, the dashboard) cannot write: PostgreSQL's read-only
 transactions; SQLite's `mode=ro`, `immutable=1` while no writer has the file open."""
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import re
 import sqlite3
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+from sqlalchemy.exc import ArgumentError, DBAPIError, InvalidatePoolError, NoSuchModuleError
 from sqlalchemy.pool import NullPool
 
 from trainer.errors import TrainerError
@@ -28,6 +31,13 @@ BUSY_TIMEOUT_S = 60
 CONNECT_TIMEOUT_S = 10
 INSTALL = "pip install 'compiled-trainer[postgres]'"
 READ = {"sweep_read": True}  # execution option: a reader's transaction (SQLite: plain BEGIN)
+PING_IDLE_S = 30.0  # a pooled connection idle longer is pinged before use in any case
+_IDLE_SINCE = "sweep_idle_since"  # in a pooled connection's info: when it was last given back
+# True while a store operation runs that is tried again after a lost connection
+# (trainer.sweep.store.reconnect.retrying)
+RETRIED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "sweep_store_retrying", default=False
+)
 
 
 class StorageError(TrainerError):
@@ -171,7 +181,6 @@ def _postgres_engine(storage: Storage, read_only: bool = False) -> Engine:
     try:
         engine = create_engine(
             url,
-            pool_pre_ping=True,
             pool_size=2,
             max_overflow=4,
             connect_args=connect_args,
@@ -181,9 +190,38 @@ def _postgres_engine(storage: Storage, read_only: bool = False) -> Engine:
             f"hydra.sweeper.storage / --storage: {storage.shown} needs psycopg 3, which is not "
             f"installed ({err}); install the [postgres] extra: {INSTALL}"
         ) from None
+    _ping_when_needed(engine)
     if storage.schema is not None:
         engine = engine.execution_options(schema_translate_map={None: storage.schema})
     return engine
+
+
+def _ping_when_needed(engine: Engine) -> None:
+    """Ping a pooled connection before use, as `pool_pre_ping` does (one that is gone is
+    replaced, and every older one with it), but not for an operation that is tried again after
+    a lost connection anyway (`RETRIED`) on a connection used less than PING_IDLE_S ago: most
+    operations then save the ping's round trip."""
+    dialect = engine.dialect
+
+    @event.listens_for(engine, "checkin")
+    def _checkin(_dbapi_connection, record) -> None:
+        record.info[_IDLE_SINCE] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checkout(dbapi_connection, record, _proxy) -> None:
+        since = record.info.get(_IDLE_SINCE)
+        if since is None:  # connected just now
+            return
+        if RETRIED.get() and time.monotonic() - since < PING_IDLE_S:
+            return
+        try:
+            alive = dialect.do_ping(dbapi_connection)
+        except dialect.loaded_dbapi.Error as err:
+            if not dialect.is_disconnect(err, dbapi_connection, None):
+                raise
+            alive = False
+        if not alive:
+            raise InvalidatePoolError()
 
 
 def make_engine(storage: Storage, *, read_only: bool = False) -> Engine:
