@@ -20,7 +20,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from sqlalchemy import ColumnElement, Connection, Row, delete, func, inspect, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Row,
+    bindparam,
+    delete,
+    func,
+    inspect,
+    literal,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.schema import CreateSchema
 
@@ -29,7 +40,7 @@ from trainer.errors import TrainerError
 from trainer.sweep.store import steering
 from trainer.sweep.store import tables as t
 from trainer.sweep.store.known_runs import JSON_COLUMNS, KnownRuns, read_histories, record
-from trainer.sweep.store.liveness import STALE_S, Holder, kill_orphan
+from trainer.sweep.store.liveness import STALE_S, Holder, kill_orphan, this_host
 from trainer.sweep.store.reconnect import retrying
 from trainer.sweep.store.records import (
     BUSY,
@@ -58,6 +69,25 @@ class DeviceChooser(Protocol):
 
 __all__ = ["TERMINAL", "Claim", "RunRecord", "SweepStore"]
 UNSET = ("seq", "history", "summary", "stop_requested", "superseded")  # a new run: defaults
+_r, _s = t.runs.c, t.agent_slots.c
+# a run that has not ended (its text fixed, not expanded per call: one statement to prepare)
+_GOING = _r.state.not_in([literal(state) for state in TERMINAL])
+_STOP_FLAG = select(_r.stop_requested).where(_r.id == bindparam("run_id"))
+
+
+def _beat_statement() -> Any:
+    """PostgreSQL's heartbeat of a run that has not ended, in one statement: the run's and its
+    agent's CPU slot's (`now`, `run_id`); the run's stop flag, or no row."""
+    now = bindparam("now")
+    going = (_r.id == bindparam("run_id")) & _GOING
+    run = update(t.runs).where(going).values(heartbeat_at=now)
+    run = run.returning(_r.stop_requested, _r.host, _r.agent_pid).cte("beat")
+    mine = (_s.host == run.c.host) & (_s.pid == run.c.agent_pid)
+    slot = update(t.agent_slots).where(mine).values(heartbeat_at=now).cte("slot")
+    return select(run.c.stop_requested).add_cte(slot)
+
+
+_BEAT = _beat_statement()
 
 
 @dataclass(frozen=True)
@@ -181,6 +211,18 @@ class SweepStore:
             yield db
 
     @contextmanager
+    def alone(self, write: bool) -> Iterator[Connection]:
+        """One statement, its own transaction: on PostgreSQL without BEGIN and COMMIT (the
+        server's autocommit: one round trip, not three); on SQLite a writer's transaction
+        that serializes nothing (`write`), else a reader's."""
+        if self.storage.is_sqlite:
+            with self.transaction(serialize=False) if write else self.reading() as db:
+                yield db
+            return
+        with self.engine.connect() as db:
+            yield db.execution_options(isolation_level="AUTOCOMMIT")
+
+    @contextmanager
     def reading(self) -> Iterator[Connection]:
         """A reader's transaction (one snapshot for its statements; takes no writer's lock)."""
         with self.engine.connect() as db:
@@ -259,8 +301,8 @@ class SweepStore:
     def stop_requested(self, run_id: str) -> int:
         """Whether the run is asked to stop, and by whom (0: no; else records.STOP_BY_*: its
         engine, its owner, the sweep's cancel); one column, for the agent's poll."""
-        with self.reading() as db:
-            row = db.execute(select(t.runs.c.stop_requested).where(t.runs.c.id == run_id)).first()
+        with self.alone(write=False) as db:
+            row = db.execute(_STOP_FLAG, {"run_id": run_id}).first()
         if row is None:
             raise KeyError(f"no run {run_id!r} in sweep store {self.where}")
         return int(row[0])
@@ -384,8 +426,11 @@ class SweepStore:
         """Inside a writer's transaction: these runs, ended, were written: the sweep's change
         counter goes up and marks them, so that every store's copy reads them again."""
         raised = update(t.revision).values(n=t.revision.c.n + 1)
-        db.execute(raised)
-        n = db.execute(select(t.revision.c.n)).scalar()
+        if db.dialect.update_returning:
+            n = db.execute(raised.returning(t.revision.c.n)).scalar()
+        else:
+            db.execute(raised)
+            n = db.execute(select(t.revision.c.n)).scalar()
         db.execute(update(t.runs).where(t.runs.c.id.in_(run_ids)).values(changed=n))
 
     def _written(
@@ -421,6 +466,12 @@ class SweepStore:
         if not fields:
             return
         values = {k: json.dumps(v) if k in JSON_COLUMNS else v for k, v in fields.items()}
+        if values.get("state") not in TERMINAL and not self.storage.is_sqlite:
+            # a run that has not ended and does not end now: no `touch`, one statement
+            going = (t.runs.c.id == run_id) & _GOING
+            with self.alone(write=True) as db:
+                if db.execute(update(t.runs).where(going).values(**values)).rowcount:
+                    return
         with self.transaction(serialize=False) as db:
             self._written(db, run_id, values)
 
@@ -431,8 +482,8 @@ class SweepStore:
         was taken for lost: stopped, or silent too long), whose record then stands."""
         values = {k: json.dumps(v) if k in JSON_COLUMNS else v for k, v in fields.items()}
         r = t.runs.c
-        held = (r.id == run_id) & (r.agent_pid == agent_pid) & (r.host == Holder.of(agent_pid).host)
-        with self.transaction(serialize=False) as db:
+        held = (r.id == run_id) & (r.agent_pid == agent_pid) & (r.host == this_host())
+        with self.alone(write=True) as db:
             done = db.execute(update(t.runs).where(held & (r.state == "running")).values(**values))
         return done.rowcount > 0
 
@@ -452,6 +503,11 @@ class SweepStore:
         the run is asked to stop, as `stop_requested` (read in the same transaction: the
         agent's poll of its owner's stop and cancel costs no round trip of its own)."""
         now, r, s = time.time(), t.runs.c, t.agent_slots.c
+        if not self.storage.is_sqlite:  # a run that has not ended: one statement
+            with self.alone(write=True) as db:
+                asked = db.execute(_BEAT, {"now": now, "run_id": run_id}).first()
+            if asked is not None:
+                return int(asked[0] or 0)
         with self.transaction(serialize=False) as db:
             row = self._written(
                 db, run_id, {"heartbeat_at": now}, r.stop_requested, r.host, r.agent_pid
