@@ -23,16 +23,20 @@ from typing import Any, Protocol
 from sqlalchemy import (
     ColumnElement,
     Connection,
+    Integer,
     Row,
+    Text,
     bindparam,
     delete,
     func,
     inspect,
     literal,
     select,
+    true,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.schema import CreateSchema
 
 from hydra_plugins.wandb_sweeper.config import RunnerConf
@@ -87,7 +91,24 @@ def _beat_statement() -> Any:
     return select(run.c.stop_requested).add_cte(slot)
 
 
-_BEAT = _beat_statement()
+def _report_statement() -> Any:
+    """PostgreSQL's report of a run that has not ended, in one statement: its metric rows
+    (`steps`, `data`: arrays), its heartbeat (`now`) and report count raised; the steps
+    written, none when the run has ended (or there is none)."""
+    going = (_r.id == bindparam("run_id")) & _GOING
+    beat = dict(heartbeat_at=bindparam("now"), reports=_r.reports + 1)
+    run = update(t.runs).where(going).values(**beat).returning(_r.id).cte("beat")
+    steps = bindparam("steps", type_=ARRAY(Integer))
+    rows = func.unnest(steps, bindparam("data", type_=ARRAY(Text)))
+    rows = rows.table_valued("step", "data").render_derived()
+    written = select(run.c.id, rows.c.step, rows.c.data).select_from(run.join(rows, true()))
+    insert = postgresql.insert(t.metrics).from_select(["run_id", "step", "data"], written)
+    keys = ["run_id", "step"]
+    insert = insert.on_conflict_do_update(index_elements=keys, set_={"data": insert.excluded.data})
+    return insert.returning(t.metrics.c.step)
+
+
+_BEAT, _REPORT = _beat_statement(), _report_statement()
 
 
 @dataclass(frozen=True)
@@ -490,6 +511,13 @@ class SweepStore:
     @retrying
     def add_metrics(self, run_id: str, rows: list[dict[str, Any]], first_step: int) -> None:
         """Append per-epoch metric rows (step = epoch index) and refresh the heartbeat."""
+        if rows and not self.storage.is_sqlite:  # a run that has not ended: one statement
+            steps = [first_step + i for i in range(len(rows))]
+            given = dict(run_id=run_id, now=time.time(), steps=steps)
+            given["data"] = [json.dumps(row) for row in rows]
+            with self.alone(write=True) as db:
+                if len(db.execute(_REPORT, given).all()) == len(rows):
+                    return
         with self.transaction(serialize=False) as db:
             for i, row in enumerate(rows):
                 values = {"run_id": run_id, "step": first_step + i, "data": json.dumps(row)}
