@@ -4,13 +4,14 @@ file changed on disk or a command line that does not compose is composed in full
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 from hydra._internal import config_loader_impl
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
-from hydra._internal.config_repository import ConfigRepository
+from hydra._internal.config_repository import CachingConfigRepository, ConfigRepository
 from omegaconf import OmegaConf
 
 from trainer.config.overrides import TRAIN, compose, parse_argv
@@ -28,6 +29,7 @@ def cache():
         config_loader_impl.create_defaults_list,
         ConfigLoaderImpl._compose_config_from_defaults_list,
         ConfigRepository.load_config,
+        CachingConfigRepository.__init__,
     )
     compose_cache.install()
     try:
@@ -37,6 +39,7 @@ def cache():
             config_loader_impl.create_defaults_list,
             ConfigLoaderImpl._compose_config_from_defaults_list,
             ConfigRepository.load_config,
+            CachingConfigRepository.__init__,
         ) = saved
         compose_cache._kept.clear()
         compose_cache._warmed.clear()
@@ -152,3 +155,29 @@ def test_warm_resolves_a_relative_config_dir_from_the_trials_folder(cache, tmp_p
     here = Path.cwd()
     cache.warm(["--config-dir", "conf", "model=mine", *FIXED], str(tmp_path))
     assert Path.cwd() == here and len(cache._kept) == 1
+
+
+def test_a_forked_trial_takes_the_kept_config_itself_once(cache, tmp_path):
+    """In a trial forked after its template kept a composition, the kept config is handed out
+    uncopied once (the trial's memory is its own); a second composition there, and the
+    template's next one, still give what a full composition gives."""
+    cache.warm(["model=small_cnn", *FIXED, "optimizer.lr=0.1", f"hydra.run.dir={tmp_path}/0"], ".")
+    first = ["model=small_cnn", *FIXED, "optimizer.lr=0.02", f"hydra.run.dir={tmp_path}/1"]
+    second = ["model=small_cnn", *FIXED, "+extra.note=y", f"hydra.run.dir={tmp_path}/2"]
+    want = [_full(first), _full(second)]
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the trial
+        try:
+            got = [_compose(first), _compose(second)]
+            handed = next(iter(cache._kept.values())).cfg is None
+            os.write(write, json.dumps([got == want, handed]).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        result = json.loads(pipe.read() or "null")
+    os.waitpid(pid, 0)
+    assert result == [True, True]
+    assert next(iter(cache._kept.values())).cfg is not None
+    assert _compose(first) == want[0]  # the template's kept config is as it was

@@ -22,7 +22,7 @@ from typing import Any
 
 from hydra._internal import config_loader_impl
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
-from hydra._internal.config_repository import ConfigRepository
+from hydra._internal.config_repository import CachingConfigRepository, ConfigRepository
 from hydra._internal.defaults_list import Overrides
 from hydra.core.object_type import ObjectType
 
@@ -40,7 +40,8 @@ _COMMANDS = ("multirun", "cfg", "info", "shell_completion", "help", "hydra_help"
 class _Kept:
     defaults_list: Any  # Hydra's DefaultsList of the composition
     files: dict[str, tuple[int, int]]  # the config files it read: (size, mtime_ns)
-    cfg: Any = None  # the merged config before the command line's values, never handed out
+    cfg: Any = None  # the merged config before the command line's values
+    pid: int = 0  # the process that kept `cfg`
 
 
 _kept: dict[tuple, _Kept] = {}
@@ -102,10 +103,21 @@ def _create_defaults_list(
 def _compose_from_defaults(self: Any, defaults: list, repo: Any) -> Any:
     kept = next((k for k in _kept.values() if k.defaults_list.defaults is defaults), None)
     if kept is not None and kept.cfg is not None:
-        return copy.deepcopy(kept.cfg)
+        return _handed_out(kept)
     cfg = _inner_compose(self, defaults=defaults, repo=repo)
     if kept is not None and _reading is not None:
-        kept.cfg, kept.files = copy.deepcopy(cfg), dict(_reading)
+        kept.cfg, kept.files, kept.pid = copy.deepcopy(cfg), dict(_reading), os.getpid()
+    return cfg
+
+
+def _handed_out(kept: _Kept) -> Any:
+    """The kept config for one composition: a copy in the process that kept it; in a trial
+    forked after, the kept config itself, once (the fork's memory is the trial's own: the
+    template's stays as kept; about 10 ms of a deep copy saved). A second composition in that
+    trial composes in full."""
+    if os.getpid() == kept.pid:
+        return copy.deepcopy(kept.cfg)
+    cfg, kept.cfg = kept.cfg, None
     return cfg
 
 
@@ -131,9 +143,23 @@ def _load_config(self: Any, config_path: str) -> Any:
     return result
 
 
+def _caching_repository(self: Any, delegate: Any) -> None:
+    """Hydra's per-composition repository copies its delegate so that `initialize_sources`
+    leaves the delegate's sources as they were. That method sets a new list, so a shallow copy
+    does the same without a deep copy of Hydra's ConfigStore, which the structured-config
+    source holds (about 6 ms of every trial) and reads only through `load`, which copies what
+    it returns."""
+    if type(delegate) is not ConfigRepository:
+        return _inner_caching(self, delegate)
+    self.delegate = copy.copy(delegate)
+    self.cache = {}
+    return None
+
+
 _inner_defaults = config_loader_impl.create_defaults_list
 _inner_compose = ConfigLoaderImpl._compose_config_from_defaults_list
 _inner_load = ConfigRepository.load_config
+_inner_caching = CachingConfigRepository.__init__
 
 
 def install() -> None:
@@ -142,6 +168,7 @@ def install() -> None:
     config_loader_impl.create_defaults_list = _create_defaults_list  # type: ignore[assignment]
     ConfigLoaderImpl._compose_config_from_defaults_list = _compose_from_defaults  # type: ignore[method-assign]
     ConfigRepository.load_config = _load_config  # type: ignore[method-assign]
+    CachingConfigRepository.__init__ = _caching_repository  # type: ignore[method-assign]
 
 
 def warm(args: list[str], cwd: str) -> Any:
