@@ -287,3 +287,46 @@ def test_waiting_for_the_template_ends_when_told(tmp_path):
         assert starter.template.ready
     finally:
         starter.close()
+
+
+def _children(pid: int, besides: set[int] = frozenset()) -> set[int]:
+    """The child processes of `pid` other than `besides`, once there is one (30 s at most)."""
+    deadline, found = time.monotonic() + 30, set()
+    while not found and time.monotonic() < deadline:
+        found = set(map(int, Path(f"/proc/{pid}/task/{pid}/children").read_text().split()))
+        found -= besides
+        time.sleep(0.02)
+    return found
+
+
+@pytest.mark.slow
+def test_each_trial_is_forked_before_its_request_and_ends_with_its_template(tmp_path):
+    """The template keeps one trial forked ahead (the fork is off the hand-out's path): the
+    trial an agent starts is that process, the next is forked at once, and a spare that never
+    got a request ends when its template does. A spare that died is replaced by a fork."""
+    starter = TrialStarter(dict(os.environ), (), tmp_path / "template.log", modules=(PROBE,))
+    tpl = starter.template
+    try:
+        assert tpl.wait_ready(), tpl.problem
+        spares = _children(tpl.process.pid)
+        assert len(spares) == 1
+        trial, out, _ = _run(tpl, tmp_path, "first")
+        assert trial.pid in spares and trial.poll() == 0 and out.exists()
+        (gone,) = _children(tpl.process.pid, besides=spares)
+        os.kill(gone, signal.SIGKILL)  # a spare killed before its request: the template forks
+        deadline = time.monotonic() + 30
+        while _state(gone) != "Z" and time.monotonic() < deadline:  # its socket closed
+            time.sleep(0.02)
+        trial, out, _ = _run(tpl, tmp_path, "second")
+        assert trial.pid != gone and trial.poll() == 0 and out.exists()
+        (spare,) = _children(tpl.process.pid, besides={*spares, gone, trial.pid})
+    finally:
+        starter.close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and Path(f"/proc/{spare}").exists():
+        time.sleep(0.02)
+    assert not Path(f"/proc/{spare}").exists() or "Z" in _state(spare)
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
