@@ -5,10 +5,10 @@ composed for an earlier trial with the same config-group choices. What depends o
 own command line (its values, `hydra.overrides`, `hydra.runtime`, `hydra.job`) Hydra still
 applies itself, so a trial gets exactly the config a full composition gives (tested).
 
-The template `install`s wrappers of the two steps and of Hydra's config-file reads, and
-`warm`s after forking each trial whose group choices it has not composed yet; a forked trial
-inherits what it kept. A kept composition
-is used only while every config file it read is unchanged on disk (size and mtime), and only for
+The template `install`s wrappers of the two steps, of Hydra's config-file reads and of its
+per-composition copy of the config repository, and `warm`s after forking each trial whose group
+choices it has not composed yet; a forked trial inherits what it kept. A kept composition is
+used only while every config file it read is unchanged on disk (size and mtime), and only for
 the same config name, search path and group choices; anything else composes in full."""
 
 from __future__ import annotations
