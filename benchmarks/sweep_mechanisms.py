@@ -86,6 +86,7 @@ class TreeSampler(threading.Thread):
         self.root = psutil.Process(pid)
         self.samples: dict[int, list[tuple[float, float]]] = {}
         self.cmdlines: dict[int, str] = {}
+        self.parents: dict[int, int] = {}  # pid -> its parent's, when first seen
         self.procs: dict[int, psutil.Process] = {pid: self.root}
         self.done = threading.Event()
 
@@ -102,6 +103,7 @@ class TreeSampler(threading.Thread):
                     times = proc.cpu_times()
                     if pid not in self.cmdlines:
                         self.cmdlines[pid] = " ".join(proc.cmdline())
+                        self.parents[pid] = proc.ppid()
                 except psutil.Error:
                     continue
                 self.samples.setdefault(pid, []).append((now, times.user + times.system))
@@ -215,9 +217,10 @@ def sweep_command(overrides: list[str], sweep_dir: Path, env: dict[str, str]) ->
             }
         )
     store.close()
-    # A forked trial keeps its template's command line: the template is the one left.
-    trials = {r["pid"] for r in rows}
-    templates = [p for p in sampler.pids("trainer.sweep.agents.template") if p not in trials]
+    # A forked trial keeps its template's command line, and so does the trial the template
+    # forks ahead of its request (its spare): the template is the one not forked from another.
+    forked = sampler.pids("trainer.sweep.agents.template")
+    templates = [p for p in forked if sampler.parents.get(p) not in forked]
     return {
         "wall_s": wall,
         "cpu_s": cpu,
