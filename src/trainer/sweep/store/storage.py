@@ -6,9 +6,8 @@ The password comes from the URL, `PGPASSWORD` or `~/.pgpass` (libpq reads the la
 never stored or printed: `Storage.shown` is the URL without it. Engines: SQLite keeps WAL, a
 60 s busy timeout and `BEGIN IMMEDIATE` for writers (SQLAlchemy's pysqlite recipe); PostgreSQL
 pings pooled connections before use (`_ping_when_needed`) and gives each sweep its own schema
-`sweep_<id>`. A
-reader's engine (`read_only=True`, the dashboard) cannot write: PostgreSQL's read-only
-transactions; SQLite's `mode=ro`, `immutable=1` while no writer has the file open."""
+`sweep_<id>`. A reader's engine (`read_only=True`, the dashboard) cannot write: PostgreSQL's
+read-only transactions; SQLite's `mode=ro`, `immutable=1` while no writer has the file open."""
 
 from __future__ import annotations
 
