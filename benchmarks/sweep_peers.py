@@ -132,7 +132,7 @@ PARTS = {
     "data, model)",
     "trial: own training (perf.wall_s)": "training, evaluation, checkpoints, summary",
     "trial: exit to recorded": "summary written → the agent recorded the run (summary "
-    "printed, exit, reaped, store updated)",
+    "printed, exit code told, store updated)",
     "agent: recorded to next hand-out": "the agent's loop and its next claim",
     "idle slot": "an agent's slot before its first hand-out or after its last run (start, drain)",
 }

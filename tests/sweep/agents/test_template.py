@@ -330,3 +330,57 @@ def test_each_trial_is_forked_before_its_request_and_ends_with_its_template(tmp_
 
 def _state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def _told_pair():
+    """A trial's socket to its template, watched as the template watches a handed-out trial's,
+    and the agent's socket pair."""
+    import socket
+
+    from trainer.sweep.agents.template import Told
+
+    agent, agent_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    told = Told()
+    told.watch(4242, mine)
+    return told, mine, theirs, agent, agent_end
+
+
+def test_a_trial_tells_its_exit_and_the_template_reports_it_once():
+    """A trial tells its exit code before the kernel tears its process down; the template
+    reports it to the agent at once, and not again when it reaps the process."""
+    import select
+
+    from trainer.sweep.agents.template import Request, receive, tell_exit
+
+    told, mine, theirs, agent, agent_end = _told_pair()
+    tell_exit(Request("trainer", [], {}, "/", [], -1, notify=theirs), 3)
+    readable, _, _ = select.select([mine], [], [], 30)
+    told.read(readable, agent)
+    assert receive(agent_end) == ({"exited": 4242, "code": 3}, [])
+    assert told.forget(4242) is True  # reaped: reported already
+    assert told.forget(4242) is False and not told.sockets
+    for sock in (theirs, agent, agent_end):
+        sock.close()
+
+
+def test_a_trial_that_used_cuda_is_reported_when_its_process_is_gone(monkeypatch):
+    """A trial that initialized CUDA tells nothing ahead: its device memory is freed only with
+    its process, so its end is the reap's to report."""
+    import select
+
+    import torch
+
+    from trainer.sweep.agents.template import Request, receive_nowait, tell_exit
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    told, mine, theirs, agent, agent_end = _told_pair()
+    tell_exit(Request("trainer", [], {}, "/", [], -1, notify=theirs), 0)
+    theirs.close()  # the process ends
+    readable, _, _ = select.select([mine], [], [], 30)
+    told.read(readable, agent)
+    with pytest.raises(BlockingIOError):
+        receive_nowait(agent_end)
+    assert told.forget(4242) is False  # the reap reports it
+    agent.close()
+    agent_end.close()
