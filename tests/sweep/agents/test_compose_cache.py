@@ -12,6 +12,8 @@ import pytest
 from hydra._internal import config_loader_impl
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra._internal.config_repository import CachingConfigRepository, ConfigRepository
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import OverrideParseException
 from omegaconf import OmegaConf
 
 from trainer.config.overrides import TRAIN, compose, parse_argv
@@ -30,6 +32,7 @@ def cache():
         ConfigLoaderImpl._compose_config_from_defaults_list,
         ConfigRepository.load_config,
         CachingConfigRepository.__init__,
+        OverridesParser.parse_rule,
     )
     compose_cache.install()
     try:
@@ -40,7 +43,9 @@ def cache():
             ConfigLoaderImpl._compose_config_from_defaults_list,
             ConfigRepository.load_config,
             CachingConfigRepository.__init__,
+            OverridesParser.parse_rule,
         ) = saved
+        compose_cache._parsed.clear()
         compose_cache._kept.clear()
         compose_cache._warmed.clear()
         compose_cache._files.clear()
@@ -181,3 +186,39 @@ def test_a_forked_trial_takes_the_kept_config_itself_once(cache, tmp_path):
     assert result == [True, True]
     assert next(iter(cache._kept.values())).cfg is not None
     assert _compose(first) == want[0]  # the template's kept config is as it was
+
+
+PARSED = [
+    "model=small_cnn",
+    "optimizer.lr=0.01",
+    "+trainer.extra=[1,2,{a:b}]",
+    "++paths.x={k: v}",
+    "~logger",
+    "hydra/launcher=basic",
+    "data@pkg=digits",
+    "optimizer.lr=choice(0.1,0.2)",
+    "trainer.seed=range(3)",
+    "optimizer.lr=tag(log, interval(0.001, 0.5))",
+    "x=sort(3,1,2)",
+    "hydra.run.dir='a b/${now:%H}'",
+]
+
+
+def test_an_override_parsed_again_is_hydras_parse_and_its_own_copy(cache):
+    """The template keeps each override's parse by its text: parsed again (in a trial), it is
+    what Hydra's parser gives, a copy of its own (Hydra sets its loader on it), and a text
+    that does not parse still raises each time."""
+    hydras = compose_cache._inner_parse_rule
+    expected = [hydras(OverridesParser.create(), text, "override") for text in PARSED]
+    first = OverridesParser.create().parse_overrides(PARSED)
+    again = OverridesParser.create().parse_overrides(PARSED)
+    assert set(compose_cache._parsed) == set(PARSED)
+    assert first == expected and again == expected
+    for one, other in zip(first, again, strict=True):
+        assert one is not other
+    again[2]._value.append("changed")
+    again[0].config_loader = object()
+    assert OverridesParser.create().parse_overrides(PARSED) == expected
+    for _ in range(2):
+        with pytest.raises(OverrideParseException):
+            OverridesParser.create().parse_overrides(["model=(unclosed"])
