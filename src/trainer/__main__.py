@@ -13,14 +13,11 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from trainer.config.hydra_version import VERSION_BASE, mode_without_composing
-from trainer.config.overrides import check_overrides, chosen, parse_argv
+from trainer.config.overrides import COMMANDS, check_overrides, chosen, parse_argv
 from trainer.config.paths import conf_dir, expand_path_argv
 from trainer.config.schema import ConfigError
 from trainer.errors import exit_on_error
 from trainer.trial.trial_argv import repair_sys_argv
-
-# Flags that choose what Hydra does; with one of them the command line has chosen already.
-_COMMANDS = ("run", "multirun", "cfg", "info", "shell_completion", "help", "hydra_help")
 
 
 @hydra.main(config_path=conf_dir(), config_name="train", **VERSION_BASE)
@@ -63,7 +60,7 @@ def sweep_as_multirun(argv: list[str]) -> list[str]:
     if parsed is None:
         return argv
     args, overrides = parsed
-    if any(getattr(args, flag, None) for flag in _COMMANDS) or args.experimental_rerun:
+    if any(getattr(args, flag, None) for flag in COMMANDS) or args.experimental_rerun:
         return argv
     keys = {o.key_or_group for o in overrides}
     if "hydra.mode" in keys or any(

@@ -116,8 +116,7 @@ def stop_runs(path: str, run_ids: list[str], url: str = "") -> list[str]:
     if ended:
         said = ", ".join(f"{run_id} ({state})" for run_id, state in ended.items())
         raise steering.SteerError(
-            f"stop {path}: {said} not running; W&B stops only a running run. Nothing was "
-            "stopped."
+            f"stop {path}: {said} not running; W&B stops only a running run. Nothing was stopped."
         )
     for run_id in run_ids:
         runs[run_id].stop()

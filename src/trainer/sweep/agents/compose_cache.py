@@ -29,14 +29,14 @@ from hydra.core.object_type import ObjectType
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 
-from trainer.config.overrides import TRAIN, compose, parse_argv
+from trainer.config.overrides import COMMANDS, TRAIN, compose, parse_argv
 
 MAX_KEPT = 16  # compositions kept per template (distinct group choices of a sweep)
 # A `key=value` whose dotted key can only set a config value (a config group is named with "/"):
 # two trials that differ only in such arguments have the same group choices.
 _VALUE = re.compile(r"^[\w-]+(\.[\w-]+)+=")
 # Hydra's flags that make the command something other than one run: nothing to compose.
-_COMMANDS = ("multirun", "cfg", "info", "shell_completion", "help", "hydra_help")
+_NOT_ONE_RUN = tuple(flag for flag in COMMANDS if flag != "run")
 
 
 @dataclasses.dataclass
@@ -207,7 +207,7 @@ def warm(args: list[str], cwd: str) -> Any:
         return None
     _warmed.add(seen)
     parsed = parse_argv(["trainer", *args])
-    if parsed is None or any(getattr(parsed[0], flag, None) for flag in _COMMANDS):
+    if parsed is None or any(getattr(parsed[0], flag, None) for flag in _NOT_ONE_RUN):
         return None
     here, _reading = os.getcwd(), {}
     try:
