@@ -19,18 +19,24 @@ import statistics
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 from typing import Any
 
 from trainer.sweep.agents import template
 
+COPIES = "hydra.core.utils.copy"  # run_job's deep copies (not every deepcopy of the process)
 # (module, attribute, phase): the steps of a trial's start-up, timed where they are called.
 STEPS = [
+    ("trainer.config.overrides", "_parse_argv", "command line: parsed"),
+    ("trainer.config.overrides", "check_overrides", "command line: keys checked"),
     ("hydra._internal.hydra", "Hydra.compose_config", "Hydra: compose"),
     ("hydra.core.hydra_config", "HydraConfig.set_config", "Hydra: job config"),
+    (COPIES, "deepcopy", "Hydra: run_job's copies of the config"),
     ("hydra.core.utils", "_save_config", "Hydra: .hydra/ files"),
     ("hydra.core.utils", "configure_log", "Hydra: logging"),
     ("trainer.run", "validate", "checks (schema, machine)"),
+    ("trainer.run", "seed_everything", "seeding"),
     ("trainer.run", "build_run_data", "data"),
     ("trainer.run", "build_state", "model, optimizer, state"),
     ("trainer.run", "open_compile_cache", "compile cache session"),
@@ -40,12 +46,17 @@ STEPS = [
 # After training (in "exit"): the summary's terminal lines.
 EXIT_STEPS = [("trainer.run", "print_summary", "exit: summary printed")]
 STARTUP = "start-up, all"  # fork to training set up (FitPlan)
-REST = "start-up, the rest"  # argv checks (runpy's __main__: not patchable), run dir, seeding, ...
+REST = "start-up, the rest"  # the calls between the steps: run dir, threads, data plan, ...
 EXIT = "exit"  # training's end (summary written) to the process's end
 
 
 def _timed(times: dict[str, float], module: str, attribute: str, phase: str) -> None:
-    owner: Any = importlib.import_module(module)
+    if module == COPIES:  # Hydra's run_job copies through its module's `copy`: a copy of that
+        utils = importlib.import_module("hydra.core.utils")
+        utils.copy = types.SimpleNamespace(copy=utils.copy.copy, deepcopy=utils.copy.deepcopy)
+        owner: Any = utils.copy
+    else:
+        owner = importlib.import_module(module)
     *path, name = attribute.split(".")
     for part in path:
         owner = getattr(owner, part)
