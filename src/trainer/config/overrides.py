@@ -38,7 +38,7 @@ _LAUNCHER_PACKAGES = {
     "ray_aws": "hydra-ray-launcher",
     "rq": "hydra-rq-launcher",
 }
-# Hydra's flags of how the command runs, of which it takes one (as typed: their name parsed).
+# Hydra's flags of how the command runs, of which it takes one: as typed -> as parsed.
 _MODES = {
     "--run": "run",
     "-m/--multirun": "multirun",
@@ -46,7 +46,7 @@ _MODES = {
     "--info": "info",
     "--shell-completion": "shell_completion",
 }
-# Hydra's flags that choose what the command does (a mode, or a help): their names parsed.
+# Hydra's flags that choose what the command does (a mode, or a help), as parsed.
 COMMANDS = (*_MODES.values(), "help", "hydra_help")
 # Hydra's flags whose command line is still being typed (--help and --info compose it too).
 _NO_COMPOSE = ("shell_completion",)
